@@ -1,0 +1,74 @@
+"""toolexec: a distributed executor for LLM agents' tool calls, on Celery and Redis.
+
+Declare tools with :func:`tool` in a module the worker imports; call them by
+name from anywhere with :class:`ToolClient`. Every call ends in one typed
+:class:`ToolResult`.
+"""
+
+from executor.client import CallHandle, ToolClient
+from executor.clock import Clock, ManualClock, SystemClock
+from executor.errors import (
+    BrokerUnavailableError,
+    ClientError,
+    ConfigurationError,
+    ErrorType,
+    ForbiddenError,
+    InfrastructureError,
+    InvalidArgumentsError,
+    NotFoundError,
+    PermanentError,
+    RateLimitedError,
+    RedisUnavailableError,
+    ToolConnectionError,
+    ToolException,
+    ToolexecError,
+    ToolTimeoutError,
+    TransientError,
+    UnauthorizedError,
+    UnavailableError,
+    UsageError,
+)
+from executor.registry import Registry, ToolPolicy, ToolSpec, default_registry, tool
+from executor.results import ErrorInfo, Timings, ToolResult
+from executor.retry import Jitter, RetryDecision, RetryPolicy
+from executor.settings import Settings
+
+__all__ = [
+    "BrokerUnavailableError",
+    "CallHandle",
+    "ClientError",
+    "Clock",
+    "ConfigurationError",
+    "ErrorInfo",
+    "ErrorType",
+    "ForbiddenError",
+    "InfrastructureError",
+    "InvalidArgumentsError",
+    "Jitter",
+    "ManualClock",
+    "NotFoundError",
+    "PermanentError",
+    "RateLimitedError",
+    "RedisUnavailableError",
+    "Registry",
+    "RetryDecision",
+    "RetryPolicy",
+    "Settings",
+    "SystemClock",
+    "Timings",
+    "ToolClient",
+    "ToolConnectionError",
+    "ToolException",
+    "ToolPolicy",
+    "ToolResult",
+    "ToolSpec",
+    "ToolTimeoutError",
+    "ToolexecError",
+    "TransientError",
+    "UnauthorizedError",
+    "UnavailableError",
+    "UsageError",
+    "default_registry",
+    "tool",
+]
+

@@ -1,0 +1,81 @@
+"""The Celery application, configured from :class:`Settings` when first used.
+
+``celery -A executor.app worker|inspect|events|flower`` works as operators
+expect: the module-level :data:`app` reads its settings through Celery's
+``on_configure`` hook, not at import time. Everything Celery does with a
+message is fixed here: JSON only, late acknowledgement, redelivery of calls
+from a worker that died, a visibility timeout longer than any call can live,
+and task events on for Flower.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from executor.connection import redis_url
+from executor.settings import Settings
+
+__all__ = ["app", "celery_config", "create_app"]
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Celery settings for toolexec; see ANCHORS §1 for why each matters."""
+    state_url = redis_url(settings)
+    transport = {"visibility_timeout": settings.visibility_timeout}
+    return {
+        "broker_url": settings.broker_url or state_url,
+        "result_backend": state_url,
+        # JSON only: a pickle message from an untrusted producer would run code.
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "event_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        # Acknowledge after the call, and send it again if the worker dies mid-call;
+        # Celery 5.7 counts that resend against max_retries, so it cannot loop.
+        "task_acks_late": True,
+        "task_retry_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "broker_transport_options": transport,
+        "result_backend_transport_options": transport,
+        "broker_connection_retry_on_startup": True,
+        "broker_pool_acquire_timeout": 10.0,
+        "task_default_queue": settings.default_queue,
+        "task_ignore_result": True,
+        "worker_send_task_events": settings.task_events,
+        "task_send_sent_event": settings.task_events,
+        "imports": ["tasks", *settings.tools],
+        "worker_hijack_root_logger": False,
+    }
+
+
+def create_app(settings: Settings | None = None, name: str = "toolexec") -> Celery:
+    """A Celery app for ``settings``; configured lazily when ``settings`` is None."""
+    celery_app = Celery(name, set_as_current=False)
+    if settings is not None:
+        celery_app.conf.update(celery_config(settings))
+        celery_app.conf.toolexec_settings = settings
+        return celery_app
+
+    def configure(sender: Celery, **_: Any) -> None:
+        loaded = Settings.from_env()
+        sender.conf.update(celery_config(loaded))
+        sender.conf.toolexec_settings = loaded
+
+    celery_app.on_configure.connect(configure, weak=False)
+    return celery_app
+
+
+def settings_of(celery_app: Celery) -> Settings:
+    """The settings ``celery_app`` was configured with."""
+    found = celery_app.conf.get("toolexec_settings")
+    if not isinstance(found, Settings):
+        found = Settings.from_env()
+        celery_app.conf.toolexec_settings = found
+    return found
+
+
+#: The application ``celery -A executor.app`` and the worker use.
+app = create_app()

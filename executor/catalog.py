@@ -1,0 +1,78 @@
+"""The tool catalog: what workers can run, published to Redis for clients.
+
+Clients validate and route calls from it without importing tool code, and
+export the definitions in the shapes the OpenAI and Anthropic APIs take.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import redis
+
+from executor.keys import Keys
+from executor.registry import ToolSpec
+
+__all__ = ["Catalog", "publish", "read", "to_definitions", "workers_seen"]
+
+Catalog = dict[str, dict[str, Any]]
+
+
+def publish(
+    client: redis.Redis, keys: Keys, specs: Iterable[ToolSpec], default_queue: str,
+    worker: str, now: float,
+) -> int:
+    """Write this worker's tools to the catalog and note the worker as alive."""
+    entries = {
+        spec.name: json.dumps(spec.catalog_entry(default_queue), sort_keys=True) for spec in specs
+    }
+    pipe = client.pipeline(transaction=True)
+    if entries:
+        pipe.hset(keys.catalog(), mapping=entries)
+    pipe.zadd(keys.workers(), {worker: now})
+    pipe.execute()
+    return len(entries)
+
+
+def read(client: redis.Redis, keys: Keys) -> Catalog:
+    raw: dict[str, str] = client.hgetall(keys.catalog())  # type: ignore[assignment]
+    return {name: json.loads(entry) for name, entry in raw.items()}
+
+
+def workers_seen(client: redis.Redis, keys: Keys, since: float) -> list[str]:
+    """Workers that published a heartbeat at or after ``since``."""
+    found: list[str] = client.zrangebyscore(keys.workers(), since, "+inf")  # type: ignore[assignment]
+    return found
+
+
+def to_definitions(
+    catalog: Catalog, fmt: Literal["openai", "anthropic"] = "openai"
+) -> list[dict[str, Any]]:
+    """Tool definitions ready for a chat-completions or Messages API request."""
+    out = []
+    for name in sorted(catalog):
+        entry = catalog[name]
+        if fmt == "openai":
+            out.append(
+                {
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "description": entry["description"],
+                        "parameters": entry["parameters"],
+                    },
+                }
+            )
+        elif fmt == "anthropic":
+            out.append(
+                {
+                    "name": name,
+                    "description": entry["description"],
+                    "input_schema": entry["parameters"],
+                }
+            )
+        else:
+            raise ValueError(f"unknown format {fmt!r}; use 'openai' or 'anthropic'")
+    return out

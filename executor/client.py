@@ -1,0 +1,371 @@
+"""The agent-side SDK: call tools by name, get a :class:`ToolResult` back.
+
+The client needs no tool code. It validates arguments against the catalog the
+workers publish, routes each call to its tool's queue, and waits on a reply
+list until the call's deadline. It raises only when it is misused or when
+Redis or the broker cannot be reached; a tool's failure is a result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis
+import redis.asyncio
+from celery import Celery
+from kombu.exceptions import OperationalError
+
+from executor import catalog as catalog_mod
+from executor.app import create_app
+from executor.clock import Clock, SystemClock
+from executor.connection import redis_client, redis_url, unavailable
+from executor.context import CallContext
+from executor.errors import BrokerUnavailableError, ErrorType, UsageError
+from executor.execution import error_result
+from executor.keys import Keys
+from executor.replies import ReplyBox
+from executor.results import ErrorInfo, ToolResult
+from executor.settings import Settings
+from executor.validation import validate_against_schema
+
+__all__ = ["CallHandle", "ToolClient"]
+
+CallSpec = tuple[str, Mapping[str, Any] | str]
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A call that passed the client's checks, or the result that ends it early."""
+
+    ctx: CallContext
+    arguments: dict[str, Any] | None
+    queue: str | None
+    early: ToolResult | None
+
+
+class CallHandle:
+    """A submitted call; :meth:`result` waits for it, at most until its deadline."""
+
+    def __init__(self, client: ToolClient, prepared: _Prepared) -> None:
+        self._client = client
+        self._prepared = prepared
+        self._result = prepared.early
+        self._lock = threading.Lock()
+
+    @property
+    def call_id(self) -> str:
+        return self._prepared.ctx.call_id
+
+    def result(self, timeout: float | None = None) -> ToolResult:
+        """The call's result; past ``timeout`` (or the deadline) a ``deadline_exceeded`` one."""
+        with self._lock:
+            if self._result is None:
+                self._result = self._client._collect([self._prepared], timeout)[0]
+            return self._result
+
+
+class ToolClient:
+    """Calls tools through toolexec's workers."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        celery_app: Celery | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self._url = redis_url(self.settings)
+        self.redis = redis_client(self._url)
+        self.keys = Keys(self.settings.key_prefix)
+        self.app = celery_app or create_app(self.settings)
+        self.clock = clock or SystemClock()
+        self._catalog: catalog_mod.Catalog = {}
+        self._catalog_read_at = float("-inf")
+        self._catalog_lock = threading.Lock()
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> ToolClient:
+        """A client for the ``TOOLEXEC_*`` settings of this environment."""
+        return cls(Settings.from_env(**overrides))
+
+    def close(self) -> None:
+        self.redis.close()
+
+    def __enter__(self) -> ToolClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- the catalog -------------------------------------------------------
+
+    def catalog(self, refresh: bool = False) -> catalog_mod.Catalog:
+        """Every tool the workers have published: description, schema, policy."""
+        with self._catalog_lock:
+            fresh = time.monotonic() - self._catalog_read_at < self.settings.catalog_cache_s
+            if refresh or not fresh or not self._catalog:
+                try:
+                    self._catalog = catalog_mod.read(self.redis, self.keys)
+                except redis.RedisError as exc:
+                    raise unavailable(self._url, exc) from exc
+                self._catalog_read_at = time.monotonic()
+            return self._catalog
+
+    def tool_definitions(
+        self, format: Literal["openai", "anthropic"] = "openai"
+    ) -> list[dict[str, Any]]:
+        """The tools as an OpenAI ``tools=`` list or Anthropic ``tools=`` list."""
+        return catalog_mod.to_definitions(self.catalog(), format)
+
+    def _entry(self, tool: str) -> dict[str, Any] | None:
+        entry = self.catalog().get(tool)
+        if entry is None:  # a worker with this tool may have started just now
+            entry = self.catalog(refresh=True).get(tool)
+        return entry
+
+    # -- calling -----------------------------------------------------------
+
+    def call(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | str | None = None,
+        *,
+        run_id: str | None = None,
+        timeout: float | None = None,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        """Run ``tool`` and wait for its result, at most ``timeout`` seconds."""
+        return self.submit(tool, arguments, run_id=run_id, timeout=timeout, call_id=call_id).result()
+
+    def submit(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | str | None = None,
+        *,
+        run_id: str | None = None,
+        timeout: float | None = None,
+        call_id: str | None = None,
+    ) -> CallHandle:
+        """Enqueue a call and return at once with a handle to its result."""
+        prepared = self._prepare(tool, arguments, run_id, timeout, call_id, reply_to=None)
+        self._publish([prepared])
+        return CallHandle(self, prepared)
+
+    def call_many(
+        self,
+        calls: Iterable[CallSpec],
+        *,
+        run_id: str | None = None,
+        timeout: float | None = None,
+    ) -> list[ToolResult]:
+        """Run independent calls in parallel; results come back in the calls' order."""
+        batch = self._prepare_many(calls, run_id, timeout)
+        self._publish(batch)
+        return self._collect(batch, None)
+
+    async def acall(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | str | None = None,
+        *,
+        run_id: str | None = None,
+        timeout: float | None = None,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        """The asyncio form of :meth:`call`; waiting does not hold a thread."""
+        prepared = await asyncio.to_thread(
+            self._prepare, tool, arguments, run_id, timeout, call_id, None
+        )
+        await asyncio.to_thread(self._publish, [prepared])
+        return (await self._acollect([prepared]))[0]
+
+    async def acall_many(
+        self,
+        calls: Iterable[CallSpec],
+        *,
+        run_id: str | None = None,
+        timeout: float | None = None,
+    ) -> list[ToolResult]:
+        """The asyncio form of :meth:`call_many`."""
+        batch = await asyncio.to_thread(self._prepare_many, list(calls), run_id, timeout)
+        await asyncio.to_thread(self._publish, batch)
+        return await self._acollect(batch)
+
+    # -- internals ---------------------------------------------------------
+
+    def _prepare_many(
+        self, calls: Iterable[CallSpec], run_id: str | None, timeout: float | None
+    ) -> list[_Prepared]:
+        reply_to = uuid.uuid4().hex
+        batch = []
+        for item in calls:
+            if not (isinstance(item, Sequence) and len(item) == 2 and isinstance(item[0], str)):
+                raise UsageError(
+                    f"call_many takes (tool_name, arguments) pairs; got {item!r}"
+                )
+            batch.append(self._prepare(item[0], item[1], run_id, timeout, None, reply_to))
+        return batch
+
+    def _deadline(self, timeout: float | None, now: float) -> float:
+        if timeout is None:
+            return now + self.settings.default_timeout
+        if timeout <= 0:
+            raise UsageError(f"timeout must be a positive number of seconds, not {timeout}")
+        return now + min(timeout, self.settings.max_timeout)
+
+    def _prepare(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | str | None,
+        run_id: str | None,
+        timeout: float | None,
+        call_id: str | None,
+        reply_to: str | None,
+    ) -> _Prepared:
+        if not isinstance(tool, str) or not tool:
+            raise UsageError(f"the tool name must be a non-empty string, not {tool!r}")
+        now = self.clock.now()
+        call_id = call_id or uuid.uuid4().hex
+        ctx = CallContext(
+            call_id=call_id, tool=tool, deadline=self._deadline(timeout, now),
+            submitted_at=now, reply_to=reply_to or call_id, run_id=run_id,
+        )
+        parsed, problem = _parse_arguments(arguments, self.settings.max_argument_bytes)
+        if problem is not None:
+            return self._early(ctx, ErrorType.INVALID_ARGUMENTS, problem,
+                               "Send the arguments as a JSON object matching the tool's schema.")
+        entry = self._entry(tool)
+        if entry is None:
+            known = ", ".join(sorted(self.catalog())) or "none: no worker has published a catalog"
+            return self._early(ctx, ErrorType.UNKNOWN_TOOL, f"there is no tool named {tool!r}",
+                               f"Use one of the available tools: {known}.")
+        problem = validate_against_schema(parsed or {}, entry["parameters"])
+        if problem is not None:
+            return self._early(ctx, ErrorType.INVALID_ARGUMENTS, problem,
+                               "Fix the fields named above and call the tool again.")
+        return _Prepared(ctx, parsed, entry["policy"]["queue"], None)
+
+    def _early(self, ctx: CallContext, kind: ErrorType, message: str, suggestion: str) -> _Prepared:
+        info = ErrorInfo(type=kind, message=message, suggestion=suggestion, retryable=False)
+        result = error_result(ctx, info, attempts=0, now=self.clock.now())
+        return _Prepared(ctx, None, None, result)
+
+    def _publish(self, batch: Sequence[_Prepared]) -> None:
+        """Send every call that passed the checks, over one producer connection."""
+        todo = [p for p in batch if p.early is None]
+        if not todo:
+            return
+        try:
+            with self.app.producer_or_acquire() as producer:
+                for p in todo:
+                    self.app.send_task(
+                        f"tools.{p.ctx.tool}",
+                        kwargs={"arguments": p.arguments, "context": p.ctx.to_json()},
+                        task_id=p.ctx.call_id,
+                        queue=p.queue,
+                        producer=producer,
+                        ignore_result=True,
+                    )
+        except (OperationalError, OSError) as exc:
+            raise BrokerUnavailableError(
+                f"the broker did not accept the call ({type(exc).__name__}: {exc}); "
+                "nothing was run. Check TOOLEXEC_BROKER_URL / TOOLEXEC_REDIS_URL and "
+                "that the server is up."
+            ) from exc
+
+    def _group(self, batch: Sequence[_Prepared]) -> dict[str, ReplyBox]:
+        boxes: dict[str, ReplyBox] = {}
+        for p in batch:
+            if p.early is None:
+                box = boxes.setdefault(p.ctx.reply_to, ReplyBox(self.keys, p.ctx.reply_to, ()))
+                box.pending.add(p.ctx.call_id)
+        return boxes
+
+    def _wait_for(self, batch: Sequence[_Prepared], timeout: float | None) -> float:
+        latest = max((p.ctx.deadline for p in batch if p.early is None), default=0.0)
+        wait = latest + self.settings.reply_grace - self.clock.now()
+        return max(0.0, wait if timeout is None else min(wait, timeout))
+
+    def _collect(self, batch: Sequence[_Prepared], timeout: float | None) -> list[ToolResult]:
+        boxes = self._group(batch)
+        wait = self._wait_for(batch, timeout)
+        end = time.monotonic() + wait
+        try:
+            for box in boxes.values():
+                box.collect(self.redis, max(0.0, end - time.monotonic()))
+        except redis.RedisError as exc:
+            raise unavailable(self._url, exc) from exc
+        return self._assemble(batch, boxes)
+
+    async def _acollect(self, batch: Sequence[_Prepared]) -> list[ToolResult]:
+        boxes = self._group(batch)
+        wait = self._wait_for(batch, None)
+        end = time.monotonic() + wait
+        client = redis.asyncio.Redis.from_url(self._url, decode_responses=True)
+        try:
+            for box in boxes.values():
+                await box.acollect(client, max(0.0, end - time.monotonic()))
+        except redis.RedisError as exc:
+            raise unavailable(self._url, exc) from exc
+        finally:
+            await client.aclose()
+        return self._assemble(batch, boxes)
+
+    def _assemble(self, batch: Sequence[_Prepared], boxes: dict[str, ReplyBox]) -> list[ToolResult]:
+        out = []
+        for p in batch:
+            if p.early is not None:
+                out.append(p.early)
+                continue
+            found = boxes[p.ctx.reply_to].results.get(p.ctx.call_id)
+            out.append(found if found is not None else self._no_reply(p))
+        return out
+
+    def _no_reply(self, p: _Prepared) -> ToolResult:
+        """No worker answered before the deadline: say why that may be."""
+        now = self.clock.now()
+        alive = catalog_mod.workers_seen(self.redis, self.keys, now - 60)
+        hint = (f"{len(alive)} worker(s) sent a heartbeat in the last minute"
+                if alive else "no worker has sent a heartbeat in the last minute")
+        info = ErrorInfo(
+            type=ErrorType.DEADLINE_EXCEEDED,
+            message=f"no result arrived before the call's deadline ({hint}; "
+            f"queue {p.queue!r})",
+            suggestion="The tool may be overloaded or no worker is running; try again later "
+            "or continue without this result.",
+            retryable=True,
+        )
+        return error_result(p.ctx, info, attempts=0, now=now)
+
+
+def _parse_arguments(
+    arguments: Mapping[str, Any] | str | None, limit: int
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Arguments as a dict (models often send a JSON string), or what is wrong."""
+    if arguments is None:
+        return {}, None
+    if isinstance(arguments, str | bytes):
+        try:
+            arguments = json.loads(arguments or "{}")
+        except ValueError as exc:
+            return None, f"the arguments are not valid JSON: {exc}"
+    if not isinstance(arguments, Mapping):
+        return None, f"the arguments must be a JSON object, not {type(arguments).__name__}"
+    try:
+        encoded = json.dumps(arguments)
+    except (TypeError, ValueError) as exc:
+        return None, f"the arguments cannot be sent as JSON: {exc}"
+    if len(encoded) > limit:
+        return None, (
+            f"the arguments are {len(encoded):,} bytes of JSON; the limit is {limit:,}. "
+            "Pass a reference (a URL or an id) instead of the content itself"
+        )
+    return dict(arguments), None

@@ -1,0 +1,44 @@
+"""What travels with a call besides its arguments.
+
+The deadline is absolute (Unix epoch seconds, set by the caller) so that it
+bounds queueing, every attempt and every backoff together, on whichever worker
+picks the message up. Accumulated run and backoff time ride along on retries so
+the final result can say where the time went.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+__all__ = ["CallContext"]
+
+
+@dataclass(frozen=True)
+class CallContext:
+    call_id: str
+    tool: str
+    deadline: float
+    submitted_at: float
+    reply_to: str
+    run_id: str | None = None
+    previous_delay: float | None = None
+    run_s: float = 0.0
+    backoff_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> CallContext:
+        known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
+        return cls(**known)
+
+    def remaining(self, now: float) -> float:
+        return self.deadline - now
+
+    def after_attempt(self, run_s: float) -> CallContext:
+        return replace(self, run_s=self.run_s + run_s)
+
+    def before_retry(self, delay: float) -> CallContext:
+        return replace(self, previous_delay=delay, backoff_s=self.backoff_s + delay)

@@ -1,0 +1,189 @@
+"""The one exception tree of toolexec, and the error types a model sees.
+
+Two audiences raise and catch these. Tool authors raise :class:`ToolException`
+subclasses to say how a failure should be treated; the executor turns every
+failure into an :class:`ErrorType` on a :class:`~executor.results.ToolResult`.
+Callers of the client only ever see :class:`ToolexecError` subclasses that mean
+misuse or broken infrastructure, never a tool's own failure::
+
+    ToolexecError                      raised to callers of toolexec itself
+    ├── ConfigurationError             settings or a tool declaration are wrong
+    ├── UsageError                     the client was called wrongly
+    ├── InfrastructureError            toolexec cannot reach what it runs on
+    │   ├── RedisUnavailableError
+    │   └── BrokerUnavailableError
+    └── ToolException                  raised inside tools; becomes a ToolResult
+        ├── TransientError             worth retrying: the same call may succeed
+        │   ├── ToolTimeoutError           timeout
+        │   ├── ToolConnectionError        connection_error
+        │   ├── RateLimitedError           rate_limited (honours retry_after)
+        │   └── UnavailableError           unavailable (5xx)
+        └── PermanentError             retrying the same call cannot help
+            ├── InvalidArgumentsError      invalid_arguments (400, 422, schema)
+            ├── UnauthorizedError          unauthorized (401)
+            ├── ForbiddenError             forbidden (403)
+            ├── NotFoundError              not_found (404)
+            └── ClientError                client_error (other 4xx)
+
+Decisions (retry, and later breaker and fallback) look at ``error_type`` and
+``retryable``, never at a message.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, ClassVar
+
+__all__ = [
+    "TRANSIENT_TYPES",
+    "BrokerUnavailableError",
+    "ClientError",
+    "ConfigurationError",
+    "ErrorType",
+    "ForbiddenError",
+    "InfrastructureError",
+    "InvalidArgumentsError",
+    "NotFoundError",
+    "PermanentError",
+    "RateLimitedError",
+    "RedisUnavailableError",
+    "ToolConnectionError",
+    "ToolException",
+    "ToolTimeoutError",
+    "ToolexecError",
+    "TransientError",
+    "UnauthorizedError",
+    "UnavailableError",
+    "UsageError",
+]
+
+
+class ErrorType(StrEnum):
+    """What went wrong, as the model and the operator see it."""
+
+    INVALID_ARGUMENTS = "invalid_arguments"
+    UNKNOWN_TOOL = "unknown_tool"
+    TIMEOUT = "timeout"
+    CONNECTION_ERROR = "connection_error"
+    RATE_LIMITED = "rate_limited"
+    UNAVAILABLE = "unavailable"
+    UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    NOT_FOUND = "not_found"
+    CLIENT_ERROR = "client_error"
+    TOOL_ERROR = "tool_error"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    INTERNAL_ERROR = "internal_error"
+
+
+#: Failures that the same call may not meet again: retried by default.
+TRANSIENT_TYPES = frozenset(
+    {ErrorType.TIMEOUT, ErrorType.CONNECTION_ERROR, ErrorType.RATE_LIMITED, ErrorType.UNAVAILABLE}
+)
+
+
+class ToolexecError(Exception):
+    """Base of every exception toolexec raises."""
+
+
+class ConfigurationError(ToolexecError):
+    """Settings or a tool declaration are wrong; fix them and restart."""
+
+
+class UsageError(ToolexecError, ValueError):
+    """The client API was called with something it cannot accept."""
+
+
+class InfrastructureError(ToolexecError):
+    """Redis or the broker cannot be reached; the call was not made."""
+
+
+class RedisUnavailableError(InfrastructureError):
+    """toolexec's Redis does not answer."""
+
+
+class BrokerUnavailableError(InfrastructureError):
+    """The Celery broker does not accept messages."""
+
+
+class ToolException(ToolexecError):
+    """A tool's failure, with what the model should make of it.
+
+    ``suggestion`` is written for the model: what to do next. ``details`` is
+    any JSON-able context (a status code, a field name).
+    """
+
+    error_type: ClassVar[ErrorType] = ErrorType.TOOL_ERROR
+    retryable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        suggestion: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.suggestion = suggestion
+        self.details = details or {}
+
+
+class TransientError(ToolException):
+    """The same call may succeed later; ``retry_after`` is a floor in seconds."""
+
+    error_type = ErrorType.UNAVAILABLE
+    retryable = True
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        suggestion: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, suggestion=suggestion, details=details)
+        self.retry_after = retry_after
+
+
+class ToolTimeoutError(TransientError):
+    error_type = ErrorType.TIMEOUT
+
+
+class ToolConnectionError(TransientError):
+    error_type = ErrorType.CONNECTION_ERROR
+
+
+class RateLimitedError(TransientError):
+    error_type = ErrorType.RATE_LIMITED
+
+
+class UnavailableError(TransientError):
+    error_type = ErrorType.UNAVAILABLE
+
+
+class PermanentError(ToolException):
+    """The same call will fail again; the model must change something."""
+
+    error_type = ErrorType.CLIENT_ERROR
+
+
+class InvalidArgumentsError(PermanentError):
+    error_type = ErrorType.INVALID_ARGUMENTS
+
+
+class UnauthorizedError(PermanentError):
+    error_type = ErrorType.UNAUTHORIZED
+
+
+class ForbiddenError(PermanentError):
+    error_type = ErrorType.FORBIDDEN
+
+
+class NotFoundError(PermanentError):
+    error_type = ErrorType.NOT_FOUND
+
+
+class ClientError(PermanentError):
+    error_type = ErrorType.CLIENT_ERROR

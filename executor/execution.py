@@ -1,0 +1,214 @@
+"""One attempt of one call, from raw arguments to a verdict.
+
+This is the executor's core and knows nothing of Celery: the task in
+``tasks.tool_task`` deserialises the message, asks :meth:`Executor.attempt`
+for a verdict and maps it onto Celery (a reply and a return, a reply and a
+failure, or a retry with the computed countdown). Time comes from an injected
+clock and randomness from an injected generator, so every branch is testable
+without a worker.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pydantic
+from pydantic_core import to_jsonable_python
+
+from executor.classify import classify_exception, classify_response
+from executor.clock import Clock, SystemClock
+from executor.context import CallContext
+from executor.errors import ErrorType, InvalidArgumentsError, ToolException, ToolTimeoutError
+from executor.registry import ToolSpec
+from executor.results import ErrorInfo, Timings, ToolResult
+from executor.retry import decide
+from executor.runner import Runner
+from executor.validation import describe_validation_error
+
+__all__ = ["Executor", "Final", "Retry", "Verdict", "error_result"]
+
+
+@dataclass(frozen=True)
+class Final:
+    """The call is over; ``result`` goes back to the caller."""
+
+    result: ToolResult
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Try again after ``delay`` seconds, carrying ``context`` forward."""
+
+    delay: float
+    error: ToolException
+    context: CallContext
+
+
+Verdict = Final | Retry
+
+
+def error_info(error: ToolException) -> ErrorInfo:
+    return ErrorInfo(
+        type=error.error_type,
+        message=error.message,
+        suggestion=error.suggestion,
+        retryable=error.retryable,
+        retry_after=getattr(error, "retry_after", None),
+        details=error.details,
+    )
+
+
+def error_result(
+    ctx: CallContext, info: ErrorInfo, *, attempts: int, now: float, status: str = "error"
+) -> ToolResult:
+    """A failed result with the timings the context has gathered."""
+    return ToolResult(
+        status=status,  # type: ignore[arg-type]
+        tool=ctx.tool,
+        call_id=ctx.call_id,
+        run_id=ctx.run_id,
+        error=info,
+        attempts=attempts,
+        elapsed_ms=_elapsed_ms(ctx, now),
+        timings=_timings(ctx, now),
+    )
+
+
+def _elapsed_ms(ctx: CallContext, now: float) -> float:
+    return round(max(0.0, now - ctx.submitted_at) * 1000, 3)
+
+
+def _timings(ctx: CallContext, now: float) -> Timings:
+    elapsed = max(0.0, now - ctx.submitted_at)
+    queued = max(0.0, elapsed - ctx.run_s - ctx.backoff_s)
+    return Timings(
+        queued_ms=round(queued * 1000, 3),
+        run_ms=round(ctx.run_s * 1000, 3),
+        backoff_ms=round(ctx.backoff_s * 1000, 3),
+    )
+
+
+def deadline_info(ctx: CallContext, last: ToolException | None, attempts: int) -> ErrorInfo:
+    """``deadline_exceeded``, carrying the error that used up the time, if any."""
+    if last is None:
+        message = (
+            f"the call's deadline passed before attempt {attempts + 1} could start "
+            "(it waited too long in the queue: workers are busy or none is running)"
+        )
+        details: dict[str, Any] = {}
+    else:
+        message = (
+            f"the call's deadline left no time for another attempt after {attempts}; "
+            f"last error: {last.error_type}: {last.message}"
+        )
+        details = {"last_error": {"type": str(last.error_type), "message": last.message}}
+    return ErrorInfo(
+        type=ErrorType.DEADLINE_EXCEEDED,
+        message=message,
+        suggestion="Try again later with a longer timeout, or continue without this result.",
+        retryable=last is None or last.retryable,
+        retry_after=getattr(last, "retry_after", None),
+        details=details,
+    )
+
+
+class Executor:
+    """Turns one attempt of a call into a :data:`Verdict`."""
+
+    def __init__(
+        self,
+        runner: Runner | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.runner = runner or Runner()
+        self.clock = clock or SystemClock()
+        self.rng = rng or random.Random()
+
+    def attempt(
+        self, spec: ToolSpec, raw_arguments: Any, ctx: CallContext, attempt: int
+    ) -> Verdict:
+        """Validate, run once within the time left, classify, and decide what follows."""
+        now = self.clock.now()
+        if now >= ctx.deadline:
+            return Final(error_result(ctx, deadline_info(ctx, None, attempt - 1), attempts=attempt - 1, now=now))
+        try:
+            arguments = spec.arguments.model_validate(raw_arguments)
+        except pydantic.ValidationError as exc:
+            invalid = InvalidArgumentsError(
+                describe_validation_error(exc),
+                suggestion="Fix the fields named above and call the tool again; "
+                "the schema is in the tool's definition.",
+            )
+            return Final(error_result(ctx, error_info(invalid), attempts=attempt - 1, now=now))
+        return self._run(spec, arguments, ctx, attempt, now)
+
+    def _run(
+        self, spec: ToolSpec, arguments: pydantic.BaseModel, ctx: CallContext, attempt: int, start: float
+    ) -> Verdict:
+        left = ctx.deadline - start
+        limit = min(spec.policy.timeout, left)
+        kwargs = {name: getattr(arguments, name) for name in type(arguments).model_fields}
+        try:
+            data = _jsonable(self.runner.run(spec.func, kwargs, limit), start)
+            failure: ToolException | None = None
+        except ToolTimeoutError as exc:
+            failure = exc
+        except Exception as exc:
+            failure = classify_exception(exc, self.clock.now())
+        end = self.clock.now()
+        ctx = ctx.after_attempt(end - start)
+        if failure is None:
+            return Final(
+                ToolResult(
+                    status="ok", tool=ctx.tool, call_id=ctx.call_id, run_id=ctx.run_id, data=data,
+                    attempts=attempt, elapsed_ms=_elapsed_ms(ctx, end), timings=_timings(ctx, end),
+                )
+            )
+        if isinstance(failure, ToolTimeoutError) and limit < spec.policy.timeout:
+            return Final(error_result(ctx, deadline_info(ctx, failure, attempt), attempts=attempt, now=end))
+        return self._after_failure(spec, failure, ctx, attempt, end)
+
+    def _after_failure(
+        self, spec: ToolSpec, failure: ToolException, ctx: CallContext, attempt: int, now: float
+    ) -> Verdict:
+        decision = decide(
+            spec.policy.retry,
+            attempt=attempt,
+            error_type=failure.error_type,
+            retry_after=getattr(failure, "retry_after", None),
+            now=now,
+            deadline=ctx.deadline,
+            previous_delay=ctx.previous_delay,
+            rng=self.rng,
+        )
+        if decision.retry:
+            return Retry(decision.delay, failure, ctx.before_retry(decision.delay))
+        if decision.reason == "deadline":
+            info = deadline_info(ctx, failure, attempt)
+        else:
+            info = error_info(failure)
+        return Final(error_result(ctx, info, attempts=attempt, now=now))
+
+
+def _jsonable(value: Any, now: float) -> Any:
+    """What a tool returned, as JSON; an httpx response is classified first."""
+    if isinstance(value, httpx.Response):
+        failure = classify_response(
+            value.status_code, value.headers, value.text, str(value.request.url), now
+        )
+        if failure is not None:
+            raise failure
+        if "json" in value.headers.get("content-type", ""):
+            return value.json()
+        return value.text
+    try:
+        return to_jsonable_python(value)
+    except pydantic.PydanticSerializationError as exc:
+        raise ToolException(
+            f"the tool returned a {type(value).__name__}, which cannot be sent as JSON",
+            suggestion="This is a bug in the tool; do not repeat the call.",
+        ) from exc

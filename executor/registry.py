@@ -1,0 +1,238 @@
+"""Declaring tools: a typed function becomes a schema, a policy and a name.
+
+``@tool`` leaves the function callable as it was and records a
+:class:`ToolSpec` in a :class:`Registry`. The worker side (the ``tasks``
+package) listens to the registry and turns each spec into a Celery task named
+``tools.<name>``; the client never imports tool code, it reads the catalog the
+workers publish.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, get_type_hints, overload
+
+import pydantic
+
+from executor.errors import ConfigurationError, ErrorType
+from executor.retry import Jitter, RetryPolicy
+
+__all__ = ["Registry", "ToolPolicy", "ToolSpec", "default_registry", "tool"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI and Anthropic accept
+
+
+@dataclass(frozen=True)
+class ToolPolicy:
+    """How the executor runs one tool; see the README for each field."""
+
+    timeout: float = 30.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    queue: str | None = None
+    side_effects: bool = False
+
+    def __post_init__(self) -> None:
+        if self.timeout <= 0:
+            raise ConfigurationError(f"a tool's timeout must be positive, not {self.timeout}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "timeout": self.timeout,
+            "max_attempts": self.retry.max_attempts,
+            "backoff_base": self.retry.base,
+            "backoff_factor": self.retry.factor,
+            "backoff_cap": self.retry.cap,
+            "jitter": str(self.retry.jitter),
+            "retry_on": sorted(str(t) for t in self.retry.retry_on),
+            "queue": self.queue,
+            "side_effects": self.side_effects,
+        }
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A registered tool: its function, argument model and policy."""
+
+    name: str
+    description: str
+    func: Callable[..., Any]
+    arguments: type[pydantic.BaseModel]
+    policy: ToolPolicy
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+    @property
+    def task_name(self) -> str:
+        return f"tools.{self.name}"
+
+    def json_schema(self) -> dict[str, Any]:
+        schema = self.arguments.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    def catalog_entry(self, default_queue: str) -> dict[str, Any]:
+        """What workers publish so that clients can validate and route calls."""
+        policy = self.policy.to_json()
+        policy["queue"] = self.policy.queue or default_queue
+        return {
+            "name": self.name,
+            "task": self.task_name,
+            "description": self.description,
+            "parameters": self.json_schema(),
+            "policy": policy,
+        }
+
+
+def _argument_model(name: str, func: Callable[..., Any]) -> type[pydantic.BaseModel]:
+    """A pydantic model of the function's parameters that refuses unknown ones."""
+    hints = get_type_hints(func, include_extras=True)
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(func).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigurationError(
+                f"tool {name!r}: *args and **kwargs cannot be described to a model; "
+                "declare every argument by name"
+            )
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    config = pydantic.ConfigDict(extra="forbid")
+    return pydantic.create_model(f"{name}_arguments", __config__=config, **fields)
+
+
+class Registry:
+    """The tools one process knows, with listeners told of each new one."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+        self._listeners: list[Callable[[ToolSpec], None]] = []
+        self._lock = threading.Lock()
+
+    def register(self, spec: ToolSpec) -> None:
+        with self._lock:
+            existing = self._specs.get(spec.name)
+            if existing is not None and _qualname(existing.func) != _qualname(spec.func):
+                raise ConfigurationError(
+                    f"two tools are named {spec.name!r}: {_qualname(existing.func)} and "
+                    f"{_qualname(spec.func)}; give one of them another name=..."
+                )
+            self._specs[spec.name] = spec
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(spec)
+
+    def subscribe(self, listener: Callable[[ToolSpec], None]) -> None:
+        """Call ``listener`` for every tool registered so far and from now on."""
+        with self._lock:
+            self._listeners.append(listener)
+            specs = list(self._specs.values())
+        for spec in specs:
+            listener(spec)
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self._specs.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(list(self._specs.values()))
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+
+def _qualname(func: Callable[..., Any]) -> str:
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+#: The registry ``@tool`` uses unless given another.
+default_registry = Registry()
+
+
+@overload
+def tool(func: F, /) -> F: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = ...,
+    description: str | None = ...,
+    timeout: float = ...,
+    max_attempts: int = ...,
+    backoff_base: float = ...,
+    backoff_cap: float = ...,
+    jitter: Jitter | str = ...,
+    retry_on: frozenset[ErrorType] | None = ...,
+    retry: RetryPolicy | None = ...,
+    queue: str | None = ...,
+    side_effects: bool = ...,
+    registry: Registry | None = ...,
+) -> Callable[[F], F]: ...
+
+
+def tool(
+    func: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout: float = 30.0,
+    max_attempts: int = 3,
+    backoff_base: float = 0.5,
+    backoff_cap: float = 30.0,
+    jitter: Jitter | str = Jitter.FULL,
+    retry_on: frozenset[ErrorType] | None = None,
+    retry: RetryPolicy | None = None,
+    queue: str | None = None,
+    side_effects: bool = False,
+    registry: Registry | None = None,
+) -> F | Callable[[F], F]:
+    """Register a typed function (sync or ``async def``) as a tool.
+
+    The signature becomes the argument schema, the docstring the description
+    the model reads. ``timeout`` bounds one attempt in seconds; the retry
+    settings build a :class:`RetryPolicy` unless ``retry`` gives one whole.
+    """
+
+    def register(fn: F) -> F:
+        tool_name = name or fn.__name__
+        if not _NAME.match(tool_name):
+            raise ConfigurationError(
+                f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-' "
+                "(what model APIs accept)"
+            )
+        policy = ToolPolicy(
+            timeout=timeout,
+            retry=retry
+            or RetryPolicy(
+                max_attempts=max_attempts,
+                base=backoff_base,
+                cap=backoff_cap,
+                jitter=Jitter(jitter),
+                **({"retry_on": retry_on} if retry_on is not None else {}),
+            ),
+            queue=queue,
+            side_effects=side_effects,
+        )
+        spec = ToolSpec(
+            name=tool_name,
+            description=description or inspect.getdoc(fn) or tool_name,
+            func=fn,
+            arguments=_argument_model(tool_name, fn),
+            policy=policy,
+        )
+        (registry or default_registry).register(spec)
+        fn.__toolexec__ = spec  # type: ignore[attr-defined]
+        return fn
+
+    return register(func) if func is not None else register

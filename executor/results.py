@@ -1,0 +1,103 @@
+"""One typed result for every outcome of a tool call.
+
+A model reasons better about a failure it can read than about a stack trace,
+so every path (success, validation failure, retries spent, deadline passed,
+no worker answering) ends in the same :class:`ToolResult`, which renders
+itself as an OpenAI tool message or an Anthropic ``tool_result`` block.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from executor.errors import ErrorType
+
+__all__ = ["ErrorInfo", "Status", "Timings", "ToolResult"]
+
+Status = Literal["ok", "error", "unknown"]
+
+
+class ErrorInfo(BaseModel):
+    """Why a call failed, written for the model that made it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: ErrorType
+    message: str
+    suggestion: str | None = None
+    retryable: bool = False
+    retry_after: float | None = Field(
+        default=None, description="Seconds to wait before calling again, when known."
+    )
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Timings(BaseModel):
+    """Where the time of a call went, in milliseconds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    queued_ms: float = 0.0
+    run_ms: float = 0.0
+    backoff_ms: float = 0.0
+
+
+class ToolResult(BaseModel):
+    """The outcome of one tool call."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: Status
+    tool: str
+    call_id: str
+    run_id: str | None = None
+    data: Any = None
+    error: ErrorInfo | None = None
+    degraded: bool = False
+    source: str | None = Field(default=None, description="What produced data, when not the tool.")
+    attempts: int = Field(default=0, description="Times the tool body ran; 0 if it never did.")
+    elapsed_ms: float = Field(default=0.0, description="From submission to this result.")
+    timings: Timings = Field(default_factory=Timings)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def for_model(self) -> dict[str, Any]:
+        """The part of the result a model needs; bookkeeping such as ids stays out."""
+        if self.status == "ok" and not self.degraded:
+            return {"status": "ok", "data": self.data}
+        body: dict[str, Any] = {"status": self.status}
+        if self.data is not None:
+            body["data"] = self.data
+        if self.error is not None:
+            body["error"] = self.error.model_dump(exclude_none=True, exclude={"details"})
+            if self.error.details:
+                body["error"]["details"] = self.error.details
+        if self.degraded:
+            body["degraded"] = True
+            body["source"] = self.source
+        body["attempts"] = self.attempts
+        return body
+
+    def content(self) -> str:
+        """The result as the text of a tool message."""
+        return json.dumps(self.for_model(), ensure_ascii=False, default=str)
+
+    def to_openai_message(self, tool_call_id: str) -> dict[str, Any]:
+        """A chat-completions ``role: tool`` message answering ``tool_call_id``."""
+        return {"role": "tool", "tool_call_id": tool_call_id, "content": self.content()}
+
+    def to_anthropic_block(self, tool_use_id: str) -> dict[str, Any]:
+        """A Messages API ``tool_result`` content block answering ``tool_use_id``."""
+        block: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": tool_use_id,
+            "content": self.content(),
+        }
+        if self.status != "ok":
+            block["is_error"] = True
+        return block

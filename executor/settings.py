@@ -1,0 +1,96 @@
+"""All configuration in one frozen object, built at the entry points.
+
+Nothing reads the environment at import time: the CLI, the Celery app's
+``on_configure`` hook and :meth:`ToolClient.from_env` call
+:meth:`Settings.from_env` when they start. Every field is documented in the
+README's configuration table; the environment variable is the field name in
+upper case with the ``TOOLEXEC_`` prefix.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+__all__ = ["Settings"]
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "toolexec"
+
+
+class Settings(BaseSettings):
+    """toolexec's settings; see the README for each variable."""
+
+    model_config = SettingsConfigDict(env_prefix="TOOLEXEC_", frozen=True, extra="ignore")
+
+    redis_url: str | None = Field(
+        default=None,
+        description="Redis or Valkey for toolexec's state; unset starts an embedded Valkey.",
+    )
+    broker_url: str | None = Field(
+        default=None, description="Celery broker; defaults to the Redis URL (amqp:// works too)."
+    )
+    data_dir: Path = Field(
+        default_factory=_default_data_dir,
+        description="Where the embedded server keeps its pidfile, socket and log.",
+    )
+    key_prefix: str = Field(default="toolexec", description="Prefix of every Redis key.")
+    tools: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Comma-separated modules a worker imports for tools."
+    )
+    default_queue: str = Field(default="tools", description="Queue of tools that name none.")
+    default_timeout: float = Field(
+        default=60.0, gt=0, description="Deadline in seconds of a call that gives none."
+    )
+    max_timeout: float = Field(
+        default=900.0, gt=0, description="Longest deadline a caller may ask for, in seconds."
+    )
+    reply_grace: float = Field(
+        default=2.0,
+        ge=0,
+        description="How long a client waits past the deadline for the worker's own verdict.",
+    )
+    max_argument_bytes: int = Field(
+        default=1_000_000, gt=0, description="Largest JSON-encoded arguments a call may carry."
+    )
+    catalog_cache_s: float = Field(
+        default=5.0, ge=0, description="How long a client trusts its copy of the catalog."
+    )
+    worker_pool: Literal["threads", "prefork", "solo", "gevent", "eventlet"] = Field(
+        default="threads", description="Celery pool of `toolexec worker`."
+    )
+    worker_concurrency: int = Field(
+        default=32, gt=0, description="Slots per worker process (calls in parallel)."
+    )
+    task_events: bool = Field(
+        default=True, description="Send task events so Flower and `celery events` see calls."
+    )
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _split_modules(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Settings:
+        """Settings from ``TOOLEXEC_*`` variables, with explicit overrides on top."""
+        return cls(**overrides)
+
+    @property
+    def visibility_timeout(self) -> int:
+        """Seconds before the Redis broker redelivers an unacknowledged message.
+
+        Every countdown and every run ends by the call's deadline, which is at
+        most ``max_timeout``; a message held longer than that belongs to a dead
+        worker, so redelivering it sooner than the 1 h default is safe and makes
+        recovery from a killed worker faster (ANCHORS §1).
+        """
+        return int(self.max_timeout) + 60

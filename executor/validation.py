@@ -1,0 +1,64 @@
+"""Validation messages a model can act on.
+
+Both the worker (pydantic, authoritative) and the client (JSON Schema from the
+catalog, to fail before enqueueing) describe each bad field the same way:
+where it is, what was given, what was expected.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import jsonschema
+import pydantic
+
+__all__ = ["describe_validation_error", "validate_against_schema"]
+
+_MAX_INPUT_REPR = 80
+
+
+def _shown(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= _MAX_INPUT_REPR else text[: _MAX_INPUT_REPR - 1] + "…"
+
+
+def _location(path: Iterable[Any]) -> str:
+    parts = [str(p) for p in path]
+    return ".".join(parts) if parts else "(arguments)"
+
+
+def describe_validation_error(exc: pydantic.ValidationError) -> str:
+    """One line per bad field: ``field: problem (given X)``."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        where = _location(err["loc"])
+        if err["type"] == "missing":
+            lines.append(f"{where}: required but missing")
+        elif err["type"] == "extra_forbidden":
+            lines.append(f"{where}: not an argument of this tool")
+        else:
+            lines.append(f"{where}: {err['msg']} (given {_shown(err['input'])})")
+    return "invalid arguments: " + "; ".join(lines)
+
+
+def validate_against_schema(arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> str | None:
+    """A description of everything wrong with ``arguments``, or None if valid."""
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    if not problems:
+        return None
+    lines = []
+    for err in problems:
+        where = _location(err.absolute_path)
+        if err.validator == "required":
+            lines.append(f"{where}: {err.message}")
+        elif err.validator == "additionalProperties":
+            lines.append(f"{where}: {err.message}")
+        else:
+            lines.append(f"{where}: {err.message} (given {_shown(err.instance)})")
+    return "invalid arguments: " + "; ".join(lines)

@@ -1,0 +1,29 @@
+"""The worker side: Celery tasks that run tools, and the built-in tools.
+
+Importing this package (the worker does, through Celery's ``imports``
+setting) turns every tool in the registry, and every tool registered later,
+into a ``tools.<name>`` task on :data:`executor.app.app`, and publishes the
+catalog when the worker is ready.
+"""
+
+from __future__ import annotations
+
+from celery import signals
+
+from executor.app import app
+from executor.registry import default_registry
+from tasks import http
+from tasks.catalog_publisher import on_worker_ready, publish_catalog
+from tasks.tool_task import RetryLater, ToolFailed, ToolTask, register_tool_task
+
+__all__ = [
+    "RetryLater",
+    "ToolFailed",
+    "ToolTask",
+    "http",
+    "publish_catalog",
+    "register_tool_task",
+]
+
+default_registry.subscribe(lambda spec: register_tool_task(app, spec))
+signals.worker_ready.connect(on_worker_ready, weak=False)

@@ -1,0 +1,167 @@
+"""Each tool as its own Celery task, ``tools.<name>``; thin by design.
+
+The task deserialises the message, asks the executor for a verdict on this
+attempt and maps it onto Celery: a final result is pushed to the caller's
+reply list, then the task returns (SUCCESS) or raises :class:`ToolFailed`
+(FAILURE, with the error type in Flower); a transient failure raises
+:class:`RetryLater`, which Celery's autoretry turns into ``Task.retry`` with
+the countdown the retry policy computed (Celery's own backoff is whole
+seconds and blind to Retry-After and deadlines).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from celery import Celery, Task
+from celery.exceptions import Retry as CeleryRetry
+
+from executor.app import settings_of
+from executor.clock import SystemClock
+from executor.connection import redis_client, redis_url
+from executor.context import CallContext
+from executor.errors import ErrorType
+from executor.execution import Executor, Final, Retry, error_result
+from executor.keys import Keys
+from executor.registry import ToolSpec
+from executor.replies import deliver
+from executor.results import ErrorInfo, ToolResult
+
+__all__ = ["RetryLater", "ToolFailed", "ToolTask", "register_tool_task"]
+
+log = logging.getLogger("toolexec.worker")
+
+#: Extra seconds past a tool's own limit before prefork's hard limit kills the
+#: child: the executor's own limit should always fire first.
+_HARD_LIMIT_GRACE_S = 30
+
+
+class ToolFailed(Exception):
+    """A call ended in failure; raised so Celery and Flower show FAILURE."""
+
+
+class RetryLater(Exception):
+    """The attempt failed transiently and the policy allows another."""
+
+    def __init__(self, verdict: Retry) -> None:
+        error = verdict.error
+        super().__init__(f"{error.error_type}: {error.message}; retrying in {verdict.delay:.3f} s")
+        self.verdict = verdict
+
+
+@dataclass
+class _WorkerState:
+    pid: int
+    redis: redis.Redis
+    keys: Keys
+    executor: Executor
+
+
+_state: _WorkerState | None = None
+_state_lock = threading.Lock()
+
+
+def worker_state(celery_app: Celery) -> _WorkerState:
+    """Per-process connections, created after a prefork child is forked."""
+    global _state
+    with _state_lock:
+        if _state is None or _state.pid != os.getpid():
+            settings = settings_of(celery_app)
+            _state = _WorkerState(
+                pid=os.getpid(),
+                redis=redis_client(redis_url(settings)),
+                keys=Keys(settings.key_prefix),
+                executor=Executor(clock=SystemClock()),
+            )
+        return _state
+
+
+class ToolTask(Task):  # type: ignore[misc]
+    """Base class of every ``tools.<name>`` task."""
+
+    spec: ToolSpec
+    autoretry_for = (RetryLater,)
+    throws = (ToolFailed,)
+    acks_late = True
+    ignore_result = True
+    typing = False  # arguments are validated by the tool's own model
+
+    def retry(self, args: Any = None, kwargs: Any = None, exc: Any = None, throw: bool = True,
+              eta: Any = None, countdown: Any = None, max_retries: Any = None,
+              **options: Any) -> Any:
+        """Retry with the policy's countdown and the context carried forward."""
+        if isinstance(exc, RetryLater):
+            countdown = exc.verdict.delay
+            kwargs = {**self.request.kwargs, "context": exc.verdict.context.to_json()}
+        try:
+            return super().retry(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta,
+                                 countdown=countdown, max_retries=max_retries, **options)
+        except CeleryRetry:
+            raise
+        except Exception as publish_error:
+            if not isinstance(exc, RetryLater):
+                raise
+            # The broker refused the retry: end the call now rather than leave the
+            # caller waiting for a reply that would never come.
+            self._finish_with_error(
+                exc.verdict.context, ErrorType.INTERNAL_ERROR,
+                f"a retry could not be scheduled ({type(publish_error).__name__}: "
+                f"{publish_error}); last error: {exc.verdict.error.message}",
+            )
+            raise
+
+    def _finish(self, ctx: CallContext, result: ToolResult) -> None:
+        state = worker_state(self.app)
+        ttl = max(0.0, ctx.deadline - state.executor.clock.now())
+        deliver(state.redis, state.keys, ctx.reply_to, result, ttl)
+        log.info(
+            "call %s tool=%s run=%s status=%s error=%s attempts=%d elapsed_ms=%.1f",
+            result.call_id, result.tool, result.run_id, result.status,
+            result.error.type if result.error else None, result.attempts, result.elapsed_ms,
+        )
+
+    def _finish_with_error(self, ctx: CallContext, kind: ErrorType, message: str) -> None:
+        now = worker_state(self.app).executor.clock.now()
+        info = ErrorInfo(
+            type=kind, message=message, retryable=True,
+            suggestion="toolexec itself failed; try again later and report it if it persists.",
+        )
+        self._finish(ctx, error_result(ctx, info, attempts=self.request.retries + 1, now=now))
+
+
+def _run_tool(self: ToolTask, arguments: Any, context: dict[str, Any]) -> dict[str, Any]:
+    ctx = CallContext.from_json(context)
+    try:
+        verdict = worker_state(self.app).executor.attempt(
+            self.spec, arguments, ctx, self.request.retries + 1
+        )
+    except Exception as exc:  # a bug in toolexec; the caller still gets an answer
+        log.exception("internal error running %s", self.spec.name)
+        self._finish_with_error(ctx, ErrorType.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        raise
+    if isinstance(verdict, Retry):
+        raise RetryLater(verdict)
+    assert isinstance(verdict, Final)
+    result = verdict.result
+    self._finish(ctx, result)
+    if result.error is not None:
+        raise ToolFailed(f"{result.error.type}: {result.error.message} (attempts: {result.attempts})")
+    return {"status": result.status, "attempts": result.attempts, "elapsed_ms": result.elapsed_ms}
+
+
+def register_tool_task(celery_app: Celery, spec: ToolSpec) -> Task:
+    """Create the Celery task that runs ``spec`` on ``celery_app``."""
+    return celery_app.task(
+        name=spec.task_name,
+        base=ToolTask,
+        bind=True,
+        spec=spec,
+        max_retries=spec.policy.retry.max_attempts - 1,
+        time_limit=int(spec.policy.timeout) + _HARD_LIMIT_GRACE_S,
+        queue=spec.policy.queue,
+    )(_run_tool)
