@@ -71,4 +71,3 @@ __all__ = [
     "default_registry",
     "tool",
 ]
-

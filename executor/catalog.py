@@ -21,11 +21,15 @@ Catalog = dict[str, dict[str, Any]]
 
 
 def publish(
-    client: redis.Redis, keys: Keys, specs: Iterable[ToolSpec], default_queue: str,
-    worker: str, now: float,
+    client: redis.Redis,
+    keys: Keys,
+    specs: Iterable[ToolSpec],
+    default_queue: str,
+    worker: str,
+    now: float,
 ) -> int:
     """Write this worker's tools to the catalog and note the worker as alive."""
-    entries = {
+    entries: dict[Any, str] = {
         spec.name: json.dumps(spec.catalog_entry(default_queue), sort_keys=True) for spec in specs
     }
     pipe = client.pipeline(transaction=True)

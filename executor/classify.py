@@ -42,12 +42,17 @@ _PERMANENT_BY_STATUS: dict[int, type[ToolException]] = {
 }
 
 _SUGGESTIONS: dict[type[ToolException], str] = {
-    InvalidArgumentsError: "Check the arguments against the tool's schema and call again with corrected values.",
-    UnauthorizedError: "The tool's credentials were rejected; do not retry. Tell the user access is not configured.",
-    ForbiddenError: "The tool is not allowed to do this; do not retry. Choose another approach or ask the user.",
-    NotFoundError: "The requested resource does not exist; check identifiers or search for the right one.",
+    InvalidArgumentsError: "Check the arguments against the tool's schema and call again "
+    "with corrected values.",
+    UnauthorizedError: "The tool's credentials were rejected; do not retry. "
+    "Tell the user access is not configured.",
+    ForbiddenError: "The tool is not allowed to do this; do not retry. "
+    "Choose another approach or ask the user.",
+    NotFoundError: "The requested resource does not exist; "
+    "check identifiers or search for the right one.",
     ClientError: "The service rejected the request; change the request rather than repeating it.",
-    RateLimitedError: "The service is rate limiting; wait before calling again or reduce call volume.",
+    RateLimitedError: "The service is rate limiting; "
+    "wait before calling again or reduce call volume.",
     UnavailableError: "The service is failing for now; try again later or use another source.",
 }
 
@@ -89,7 +94,10 @@ def classify_response(
                 details=details,
             )
         return UnavailableError(
-            message, retry_after=retry_after, suggestion=_SUGGESTIONS[UnavailableError], details=details
+            message,
+            retry_after=retry_after,
+            suggestion=_SUGGESTIONS[UnavailableError],
+            details=details,
         )
     kind = _PERMANENT_BY_STATUS.get(status, ClientError)
     return kind(message, suggestion=_SUGGESTIONS[kind], details=details)

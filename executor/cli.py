@@ -42,8 +42,15 @@ def cli() -> None:
 @click.option("--autoscale", default=None, help="MAX,MIN processes (prefork only).")
 @click.option("--hostname", "-n", default=None, help="Worker name (default: unique per process).")
 @click.option("--loglevel", "-l", default="INFO")
-def worker(tools: str, queues: str, concurrency: int | None, pool: str | None,
-           autoscale: str | None, hostname: str | None, loglevel: str) -> None:
+def worker(
+    tools: str,
+    queues: str,
+    concurrency: int | None,
+    pool: str | None,
+    autoscale: str | None,
+    hostname: str | None,
+    loglevel: str,
+) -> None:
     """Run a worker that executes tool calls."""
     if tools:
         os.environ["TOOLEXEC_TOOLS"] = tools
@@ -55,12 +62,21 @@ def worker(tools: str, queues: str, concurrency: int | None, pool: str | None,
 
     _import_tools(settings.tools)
     wanted = queues or ",".join(
-        sorted({spec.policy.queue or settings.default_queue for spec in default_registry}
-               | {settings.default_queue})
+        sorted(
+            {spec.policy.queue or settings.default_queue for spec in default_registry}
+            | {settings.default_queue}
+        )
     )
-    argv = ["worker", f"--loglevel={loglevel}", "-Q", wanted,
-            "-P", pool or settings.worker_pool,
-            "-n", hostname or f"toolexec-{os.getpid()}@%h"]
+    argv = [
+        "worker",
+        f"--loglevel={loglevel}",
+        "-Q",
+        wanted,
+        "-P",
+        pool or settings.worker_pool,
+        "-n",
+        hostname or f"toolexec-{os.getpid()}@%h",
+    ]
     if autoscale:
         argv += ["--autoscale", autoscale]
     else:
@@ -86,15 +102,23 @@ def call(tool: str, arguments: str, run_id: str | None, timeout: float | None) -
 
 
 @cli.command()
-@click.option("--format", "fmt", type=click.Choice(["catalog", "openai", "anthropic"]),
-              default="catalog", help="catalog (with policies) or a model API's tool list.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["catalog", "openai", "anthropic"]),
+    default="catalog",
+    help="catalog (with policies) or a model API's tool list.",
+)
 def tools(fmt: str) -> None:
     """Print the tool catalog the workers have published, as JSON."""
     from executor.client import ToolClient
 
     with ToolClient.from_env() as client:
-        out: Any = client.catalog(refresh=True) if fmt == "catalog" else \
-            client.tool_definitions(fmt)  # type: ignore[arg-type]
+        out: Any = (
+            client.catalog(refresh=True)
+            if fmt == "catalog"
+            else client.tool_definitions("openai" if fmt == "openai" else "anthropic")
+        )
     click.echo(json.dumps(out, indent=2, sort_keys=True))
 
 

@@ -143,7 +143,9 @@ class ToolClient:
         call_id: str | None = None,
     ) -> ToolResult:
         """Run ``tool`` and wait for its result, at most ``timeout`` seconds."""
-        return self.submit(tool, arguments, run_id=run_id, timeout=timeout, call_id=call_id).result()
+        return self.submit(
+            tool, arguments, run_id=run_id, timeout=timeout, call_id=call_id
+        ).result()
 
     def submit(
         self,
@@ -208,9 +210,7 @@ class ToolClient:
         batch = []
         for item in calls:
             if not (isinstance(item, Sequence) and len(item) == 2 and isinstance(item[0], str)):
-                raise UsageError(
-                    f"call_many takes (tool_name, arguments) pairs; got {item!r}"
-                )
+                raise UsageError(f"call_many takes (tool_name, arguments) pairs; got {item!r}")
             batch.append(self._prepare(item[0], item[1], run_id, timeout, None, reply_to))
         return batch
 
@@ -235,22 +235,38 @@ class ToolClient:
         now = self.clock.now()
         call_id = call_id or uuid.uuid4().hex
         ctx = CallContext(
-            call_id=call_id, tool=tool, deadline=self._deadline(timeout, now),
-            submitted_at=now, reply_to=reply_to or call_id, run_id=run_id,
+            call_id=call_id,
+            tool=tool,
+            deadline=self._deadline(timeout, now),
+            submitted_at=now,
+            reply_to=reply_to or call_id,
+            run_id=run_id,
         )
         parsed, problem = _parse_arguments(arguments, self.settings.max_argument_bytes)
         if problem is not None:
-            return self._early(ctx, ErrorType.INVALID_ARGUMENTS, problem,
-                               "Send the arguments as a JSON object matching the tool's schema.")
+            return self._early(
+                ctx,
+                ErrorType.INVALID_ARGUMENTS,
+                problem,
+                "Send the arguments as a JSON object matching the tool's schema.",
+            )
         entry = self._entry(tool)
         if entry is None:
             known = ", ".join(sorted(self.catalog())) or "none: no worker has published a catalog"
-            return self._early(ctx, ErrorType.UNKNOWN_TOOL, f"there is no tool named {tool!r}",
-                               f"Use one of the available tools: {known}.")
+            return self._early(
+                ctx,
+                ErrorType.UNKNOWN_TOOL,
+                f"there is no tool named {tool!r}",
+                f"Use one of the available tools: {known}.",
+            )
         problem = validate_against_schema(parsed or {}, entry["parameters"])
         if problem is not None:
-            return self._early(ctx, ErrorType.INVALID_ARGUMENTS, problem,
-                               "Fix the fields named above and call the tool again.")
+            return self._early(
+                ctx,
+                ErrorType.INVALID_ARGUMENTS,
+                problem,
+                "Fix the fields named above and call the tool again.",
+            )
         return _Prepared(ctx, parsed, entry["policy"]["queue"], None)
 
     def _early(self, ctx: CallContext, kind: ErrorType, message: str, suggestion: str) -> _Prepared:
@@ -333,12 +349,14 @@ class ToolClient:
         """No worker answered before the deadline: say why that may be."""
         now = self.clock.now()
         alive = catalog_mod.workers_seen(self.redis, self.keys, now - 60)
-        hint = (f"{len(alive)} worker(s) sent a heartbeat in the last minute"
-                if alive else "no worker has sent a heartbeat in the last minute")
+        hint = (
+            f"{len(alive)} worker(s) sent a heartbeat in the last minute"
+            if alive
+            else "no worker has sent a heartbeat in the last minute"
+        )
         info = ErrorInfo(
             type=ErrorType.DEADLINE_EXCEEDED,
-            message=f"no result arrived before the call's deadline ({hint}; "
-            f"queue {p.queue!r})",
+            message=f"no result arrived before the call's deadline ({hint}; queue {p.queue!r})",
             suggestion="The tool may be overloaded or no worker is running; try again later "
             "or continue without this result.",
             retryable=True,

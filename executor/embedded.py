@@ -83,16 +83,25 @@ def _launch(root: Path, port: int) -> None:
     """Start valkey-server as a daemon that outlives this process."""
     args = [
         str(_binary()),
-        "--bind", "127.0.0.1",
-        "--port", str(port),
-        "--daemonize", "yes",
-        "--pidfile", str(root / "valkey.pid"),
-        "--dir", str(root),
-        "--logfile", str(root / "valkey.log"),
-        "--save", "",
-        "--appendonly", "no",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--daemonize",
+        "yes",
+        "--pidfile",
+        str(root / "valkey.pid"),
+        "--dir",
+        str(root),
+        "--logfile",
+        str(root / "valkey.log"),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
         # A broker must never silently drop messages to free memory (ANCHORS §1).
-        "--maxmemory-policy", "noeviction",
+        "--maxmemory-policy",
+        "noeviction",
     ]
     subprocess.run(args, check=True, capture_output=True, timeout=_START_TIMEOUT_S)
 
@@ -103,7 +112,7 @@ def _wait_ready(url: str, pid_path: Path) -> int:
         if pid_path.exists() and _alive(url):
             return int(pid_path.read_text().strip())
         time.sleep(0.02)
-    log = (pid_path.parent / "valkey.log")
+    log = pid_path.parent / "valkey.log"
     tail = log.read_text()[-2000:] if log.exists() else "(no log)"
     raise RedisUnavailableError(
         f"the embedded Valkey server did not answer at {url} within {_START_TIMEOUT_S:.0f} s; "

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pydantic
+import pydantic_core
 from pydantic_core import to_jsonable_python
 
 from executor.classify import classify_exception, classify_response
@@ -134,7 +135,11 @@ class Executor:
         """Validate, run once within the time left, classify, and decide what follows."""
         now = self.clock.now()
         if now >= ctx.deadline:
-            return Final(error_result(ctx, deadline_info(ctx, None, attempt - 1), attempts=attempt - 1, now=now))
+            return Final(
+                error_result(
+                    ctx, deadline_info(ctx, None, attempt - 1), attempts=attempt - 1, now=now
+                )
+            )
         try:
             arguments = spec.arguments.model_validate(raw_arguments)
         except pydantic.ValidationError as exc:
@@ -147,7 +152,12 @@ class Executor:
         return self._run(spec, arguments, ctx, attempt, now)
 
     def _run(
-        self, spec: ToolSpec, arguments: pydantic.BaseModel, ctx: CallContext, attempt: int, start: float
+        self,
+        spec: ToolSpec,
+        arguments: pydantic.BaseModel,
+        ctx: CallContext,
+        attempt: int,
+        start: float,
     ) -> Verdict:
         left = ctx.deadline - start
         limit = min(spec.policy.timeout, left)
@@ -164,12 +174,20 @@ class Executor:
         if failure is None:
             return Final(
                 ToolResult(
-                    status="ok", tool=ctx.tool, call_id=ctx.call_id, run_id=ctx.run_id, data=data,
-                    attempts=attempt, elapsed_ms=_elapsed_ms(ctx, end), timings=_timings(ctx, end),
+                    status="ok",
+                    tool=ctx.tool,
+                    call_id=ctx.call_id,
+                    run_id=ctx.run_id,
+                    data=data,
+                    attempts=attempt,
+                    elapsed_ms=_elapsed_ms(ctx, end),
+                    timings=_timings(ctx, end),
                 )
             )
         if isinstance(failure, ToolTimeoutError) and limit < spec.policy.timeout:
-            return Final(error_result(ctx, deadline_info(ctx, failure, attempt), attempts=attempt, now=end))
+            return Final(
+                error_result(ctx, deadline_info(ctx, failure, attempt), attempts=attempt, now=end)
+            )
         return self._after_failure(spec, failure, ctx, attempt, end)
 
     def _after_failure(
@@ -207,7 +225,7 @@ def _jsonable(value: Any, now: float) -> Any:
         return value.text
     try:
         return to_jsonable_python(value)
-    except pydantic.PydanticSerializationError as exc:
+    except pydantic_core.PydanticSerializationError as exc:
         raise ToolException(
             f"the tool returned a {type(value).__name__}, which cannot be sent as JSON",
             suggestion="This is a bug in the tool; do not repeat the call.",

@@ -18,7 +18,7 @@ from typing import Any, TypeVar, get_type_hints, overload
 
 import pydantic
 
-from executor.errors import ConfigurationError, ErrorType
+from executor.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
 from executor.retry import Jitter, RetryPolicy
 
 __all__ = ["Registry", "ToolPolicy", "ToolSpec", "default_registry", "tool"]
@@ -219,7 +219,7 @@ def tool(
                 base=backoff_base,
                 cap=backoff_cap,
                 jitter=Jitter(jitter),
-                **({"retry_on": retry_on} if retry_on is not None else {}),
+                retry_on=TRANSIENT_TYPES if retry_on is None else retry_on,
             ),
             queue=queue,
             side_effects=side_effects,

@@ -40,7 +40,7 @@ class ReplyBox:
         self.pending = set(call_ids)
         self.results: dict[str, ToolResult] = {}
 
-    def _take(self, raw: str) -> None:
+    def _take(self, raw: str | bytes) -> None:
         result = ToolResult.model_validate(json.loads(raw))
         if result.call_id in self.pending:
             self.pending.discard(result.call_id)

@@ -65,7 +65,9 @@ class Runner:
             self.abandoned += 1
             log.warning(
                 "tool %s overran its %.3f s limit; its thread is abandoned (%d so far)",
-                func.__name__, limit, self.abandoned,
+                func.__name__,
+                limit,
+                self.abandoned,
             )
             raise _timeout(limit)
         if outcome.error is not None:
@@ -77,7 +79,7 @@ class Runner:
         future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(func(**kwargs), limit), loop)
         try:
             return future.result(timeout=limit + 1.0)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             future.cancel()
             raise _timeout(limit) from None
 

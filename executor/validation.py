@@ -55,9 +55,7 @@ def validate_against_schema(arguments: Mapping[str, Any], schema: Mapping[str, A
     lines = []
     for err in problems:
         where = _location(err.absolute_path)
-        if err.validator == "required":
-            lines.append(f"{where}: {err.message}")
-        elif err.validator == "additionalProperties":
+        if err.validator == "required" or err.validator == "additionalProperties":
             lines.append(f"{where}: {err.message}")
         else:
             lines.append(f"{where}: {err.message} (given {_shown(err.instance)})")

@@ -33,8 +33,12 @@ def publish_catalog(celery_app: Celery, worker: str) -> int:
     settings = settings_of(celery_app)
     state = worker_state(celery_app)
     return catalog.publish(
-        state.redis, Keys(settings.key_prefix), default_registry, settings.default_queue,
-        worker, SystemClock().now(),
+        state.redis,
+        Keys(settings.key_prefix),
+        default_registry,
+        settings.default_queue,
+        worker,
+        SystemClock().now(),
     )
 
 

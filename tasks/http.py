@@ -20,8 +20,15 @@ from executor.registry import tool
 __all__ = ["http_request"]
 
 #: Response headers a model may need; the rest are noise in its context.
-_KEPT_HEADERS = ("content-type", "content-length", "etag", "last-modified", "location",
-                 "retry-after", "x-ratelimit-remaining")
+_KEPT_HEADERS = (
+    "content-type",
+    "content-length",
+    "etag",
+    "last-modified",
+    "location",
+    "retry-after",
+    "x-ratelimit-remaining",
+)
 
 
 @tool(timeout=30, max_attempts=3)
@@ -37,7 +44,10 @@ def http_request(
     with httpx.Client(timeout=timeout, follow_redirects=True) as client:
         response = client.request(method, url, params=params, headers=headers, json=body)
     failure = classify_response(
-        response.status_code, response.headers, response.text, str(response.url),
+        response.status_code,
+        response.headers,
+        response.text,
+        str(response.url),
         SystemClock().now(),
     )
     if failure is not None:

@@ -91,16 +91,32 @@ class ToolTask(Task):  # type: ignore[misc]
     ignore_result = True
     typing = False  # arguments are validated by the tool's own model
 
-    def retry(self, args: Any = None, kwargs: Any = None, exc: Any = None, throw: bool = True,
-              eta: Any = None, countdown: Any = None, max_retries: Any = None,
-              **options: Any) -> Any:
+    def retry(
+        self,
+        args: Any = None,
+        kwargs: Any = None,
+        exc: Any = None,
+        throw: bool = True,
+        eta: Any = None,
+        countdown: Any = None,
+        max_retries: Any = None,
+        **options: Any,
+    ) -> Any:
         """Retry with the policy's countdown and the context carried forward."""
         if isinstance(exc, RetryLater):
             countdown = exc.verdict.delay
             kwargs = {**self.request.kwargs, "context": exc.verdict.context.to_json()}
         try:
-            return super().retry(args=args, kwargs=kwargs, exc=exc, throw=throw, eta=eta,
-                                 countdown=countdown, max_retries=max_retries, **options)
+            return super().retry(
+                args=args,
+                kwargs=kwargs,
+                exc=exc,
+                throw=throw,
+                eta=eta,
+                countdown=countdown,
+                max_retries=max_retries,
+                **options,
+            )
         except CeleryRetry:
             raise
         except Exception as publish_error:
@@ -109,7 +125,8 @@ class ToolTask(Task):  # type: ignore[misc]
             # The broker refused the retry: end the call now rather than leave the
             # caller waiting for a reply that would never come.
             self._finish_with_error(
-                exc.verdict.context, ErrorType.INTERNAL_ERROR,
+                exc.verdict.context,
+                ErrorType.INTERNAL_ERROR,
                 f"a retry could not be scheduled ({type(publish_error).__name__}: "
                 f"{publish_error}); last error: {exc.verdict.error.message}",
             )
@@ -121,14 +138,21 @@ class ToolTask(Task):  # type: ignore[misc]
         deliver(state.redis, state.keys, ctx.reply_to, result, ttl)
         log.info(
             "call %s tool=%s run=%s status=%s error=%s attempts=%d elapsed_ms=%.1f",
-            result.call_id, result.tool, result.run_id, result.status,
-            result.error.type if result.error else None, result.attempts, result.elapsed_ms,
+            result.call_id,
+            result.tool,
+            result.run_id,
+            result.status,
+            result.error.type if result.error else None,
+            result.attempts,
+            result.elapsed_ms,
         )
 
     def _finish_with_error(self, ctx: CallContext, kind: ErrorType, message: str) -> None:
         now = worker_state(self.app).executor.clock.now()
         info = ErrorInfo(
-            type=kind, message=message, retryable=True,
+            type=kind,
+            message=message,
+            retryable=True,
             suggestion="toolexec itself failed; try again later and report it if it persists.",
         )
         self._finish(ctx, error_result(ctx, info, attempts=self.request.retries + 1, now=now))
@@ -150,7 +174,9 @@ def _run_tool(self: ToolTask, arguments: Any, context: dict[str, Any]) -> dict[s
     result = verdict.result
     self._finish(ctx, result)
     if result.error is not None:
-        raise ToolFailed(f"{result.error.type}: {result.error.message} (attempts: {result.attempts})")
+        raise ToolFailed(
+            f"{result.error.type}: {result.error.message} (attempts: {result.attempts})"
+        )
     return {"status": result.status, "attempts": result.attempts, "elapsed_ms": result.elapsed_ms}
 
 

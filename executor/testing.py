@@ -1,0 +1,225 @@
+"""Test helpers shipped with toolexec: a misbehaving HTTP service and real workers.
+
+The demo, the test suite and the benchmarks drive the executor with the same
+two pieces: :class:`FlakyServer`, a local HTTP service that answers each path
+from a script (503 twice then 200, a 429 with Retry-After, a slow reply) and
+records every hit; and :class:`WorkerProcess`, a real ``toolexec worker``
+process that is ready once it has published its catalog.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from executor.connection import redis_client
+from executor.keys import Keys
+
+__all__ = ["FlakyServer", "Hit", "Reply", "WorkerProcess"]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer: a status, headers, a JSON body and a delay before it."""
+
+    status: int = 200
+    body: Any = field(default_factory=lambda: {"ok": True})
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One request the service received."""
+
+    method: str
+    path: str
+    query: str
+    at: float
+    body: bytes
+
+
+class FlakyServer:
+    """A local HTTP service that misbehaves on command.
+
+    ``script(path, replies)`` queues answers for ``path``; once the queue is
+    down to one reply, that reply repeats. Unscripted paths answer 200 with
+    the path echoed back.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._scripts: dict[str, deque[Reply]] = {}
+        self._hits: dict[str, list[Hit]] = defaultdict(list)
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer((host, port), self._handler())
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> FlakyServer:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> FlakyServer:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def script(self, path: str, *replies: Reply) -> str:
+        """Answer ``path`` with ``replies`` in order; returns its full URL."""
+        with self._lock:
+            self._scripts[path] = deque(replies)
+            self._hits.pop(path, None)
+        return self.url + path
+
+    def unique_path(self, name: str) -> str:
+        """A fresh path, so tests sharing one server never see each other's hits."""
+        return f"/{name}/{uuid.uuid4().hex[:12]}"
+
+    def hits(self, path: str) -> list[Hit]:
+        with self._lock:
+            return list(self._hits.get(path, []))
+
+    def _next(self, path: str) -> Reply:
+        with self._lock:
+            queue = self._scripts.get(path)
+            if not queue:
+                return Reply(body={"path": path})
+            return queue.popleft() if len(queue) > 1 else queue[0]
+
+    def _record(self, hit: Hit) -> None:
+        with self._lock:
+            self._hits[hit.path].append(hit)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self) -> None:
+                path, _, query = self.path.partition("?")
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                server._record(Hit(self.command, path, query, time.time(), body))
+                reply = server._next(path)
+                if reply.delay:
+                    time.sleep(reply.delay)
+                payload = json.dumps(reply.body).encode()
+                self.send_response(reply.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                # The client may have given up (its own timeout): nothing to answer then.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        return Handler
+
+
+class WorkerProcess:
+    """A real ``toolexec worker`` in a child process, ready when it has published."""
+
+    def __init__(
+        self,
+        tools: str,
+        env: dict[str, str],
+        *,
+        queues: str | None = None,
+        concurrency: int = 8,
+        pool: str = "threads",
+        name: str | None = None,
+        log_path: Path | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name or f"w-{uuid.uuid4().hex[:8]}"
+        self.hostname = f"{self.name}@localhost"
+        self.env = {**os.environ, **env}
+        self.args = [
+            sys.executable,
+            "-m",
+            "executor",
+            "worker",
+            "--tools",
+            tools,
+            "-c",
+            str(concurrency),
+            "-P",
+            pool,
+            "-n",
+            self.hostname,
+            "--loglevel",
+            "INFO",
+        ]
+        if queues:
+            self.args += ["-Q", queues]
+        self.log_path = log_path
+        self.cwd = cwd
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, redis_url: str, key_prefix: str = "toolexec", timeout: float = 30.0) -> None:
+        out = self.log_path.open("wb") if self.log_path else subprocess.DEVNULL
+        self.process = subprocess.Popen(
+            self.args,
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=self.cwd,
+            start_new_session=True,
+        )
+        client = redis_client(redis_url)
+        end = time.monotonic() + timeout
+        try:
+            while time.monotonic() < end:
+                if client.zscore(Keys(key_prefix).workers(), self.hostname) is not None:
+                    return
+                if self.process.poll() is not None:
+                    break
+                time.sleep(0.05)
+        finally:
+            client.close()
+        self.stop()
+        log = self.log_path.read_text()[-3000:] if self.log_path else "(no log kept)"
+        raise RuntimeError(f"worker {self.hostname} did not become ready:\n{log}")
+
+    def kill(self) -> None:
+        """SIGKILL, as an OOM killer or a crashed host would."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if not self.process or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()

@@ -1,0 +1,101 @@
+"""Fixtures: a real Redis per test session, a misbehaving HTTP service, real workers.
+
+Redis: with ``TOOLEXEC_TEST_REDIS_URL`` set, the suite claims a database on
+that server no other run is using (a lock key per database) and flushes it;
+otherwise it starts its own embedded Valkey in a temporary directory. Either
+way no two runs share state, and no test uses a mock Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from executor.client import ToolClient
+from executor.embedded import ensure_embedded, stop_embedded
+from executor.settings import Settings
+from executor.testing import FlakyServer, WorkerProcess
+
+TESTS = Path(__file__).parent
+_DB_LOCK_TTL_S = 3600  # a crashed run frees its database within the hour
+
+
+def _claim_database(base_url: str, run: str) -> tuple[str, redis.Redis]:
+    """A database number on a shared server that no concurrent run holds."""
+    admin = redis.Redis.from_url(base_url)
+    for db in range(1, 16):
+        if admin.set(f"toolexec-tests:db:{db}", run, nx=True, ex=_DB_LOCK_TTL_S):
+            url = base_url.rsplit("/", 1)[0] if base_url.count("/") > 2 else base_url
+            return f"{url}/{db}", admin
+    raise RuntimeError(f"databases 1-15 of {base_url} are all held by other test runs")
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    shared = os.environ.get("TOOLEXEC_TEST_REDIS_URL")
+    if shared:
+        run = uuid.uuid4().hex
+        url, admin = _claim_database(shared, run)
+        redis.Redis.from_url(url).flushdb()
+        yield url
+        redis.Redis.from_url(url).flushdb()
+        admin.delete(f"toolexec-tests:db:{url.rsplit('/', 1)[1]}")
+        return
+    data_dir = tmp_path_factory.mktemp("embedded")
+    server = ensure_embedded(data_dir)
+    yield server.url
+    stop_embedded(data_dir)
+
+
+@pytest.fixture(scope="session")
+def settings(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return Settings(
+        redis_url=redis_url,
+        broker_url=os.environ.get("TOOLEXEC_TEST_BROKER_URL") or None,
+        data_dir=tmp_path_factory.mktemp("data"),
+        key_prefix=f"t-{uuid.uuid4().hex[:8]}",
+        default_timeout=30.0,
+        reply_grace=1.0,
+    )
+
+
+@pytest.fixture(scope="session")
+def worker_env(settings: Settings) -> dict[str, str]:
+    env = {
+        "TOOLEXEC_REDIS_URL": settings.redis_url or "",
+        "TOOLEXEC_KEY_PREFIX": settings.key_prefix,
+        "TOOLEXEC_DATA_DIR": str(settings.data_dir),
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+    }
+    if settings.broker_url:
+        env["TOOLEXEC_BROKER_URL"] = settings.broker_url
+    return env
+
+
+@pytest.fixture(scope="session")
+def flaky() -> Iterator[FlakyServer]:
+    with FlakyServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def worker(
+    settings: Settings, worker_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    """One worker process with the test tools, shared by the integration tests."""
+    log = tmp_path_factory.mktemp("logs") / "worker.log"
+    proc = WorkerProcess("tooldefs", worker_env, concurrency=32, log_path=log)
+    proc.start(settings.redis_url or "", settings.key_prefix)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="session")
+def client(settings: Settings, worker: WorkerProcess) -> Iterator[ToolClient]:
+    with ToolClient(settings) as tool_client:
+        yield tool_client
