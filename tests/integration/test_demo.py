@@ -1,0 +1,159 @@
+"""``toolexec demo`` end to end: its own embedded Valkey, a real worker, a flaky service.
+
+The demo runs as a user runs it, in a subprocess with no ``TOOLEXEC_REDIS_URL``,
+so it starts (and must stop) its own embedded server under the data directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+_DEMO_TIMEOUT_S = 90
+
+
+def _demo_env(data_dir: Path) -> dict[str, str]:
+    """The caller's environment without any toolexec setting, so the demo uses its own server."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("TOOLEXEC_")}
+    env["TOOLEXEC_DATA_DIR"] = str(data_dir)
+    env["COLUMNS"] = "220"  # wide enough that no table cell wraps
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _demo_command() -> list[str]:
+    return [sys.executable, "-m", "executor", "demo"]
+
+
+def _pids(output: str) -> tuple[int, int]:
+    """The embedded server's and the worker's pids, as the demo announced them."""
+    valkey = re.search(r"embedded Valkey started at \S+ \(pid (\d+)\)", output)
+    worker = re.search(r"worker \S+ ready in [\d.]+ s \(pid (\d+)", output)
+    assert valkey and worker, output
+    return int(valkey.group(1)), int(worker.group(1))
+
+
+def _live_pids() -> dict[int, tuple[str, int]]:
+    """Every process that is not a zombie: pid -> (state, process group)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
+        if state != "Z":
+            found[int(entry.name)] = (state, int(pgrp))
+    return found
+
+
+def _assert_all_stopped(valkey_pid: int, worker_pid: int, data_dir: Path) -> None:
+    live = _live_pids()
+    assert valkey_pid not in live, "the embedded Valkey the demo started is still running"
+    left = [pid for pid, (_, group) in live.items() if group == worker_pid]
+    assert not left, f"processes of the worker's group are still running: {left}"
+    assert not (data_dir / "valkey" / "valkey.pid").exists()
+    assert not (data_dir / "valkey" / "url").exists()
+
+
+def _table_row(output: str, call: str) -> tuple[int, str, str]:
+    """(attempts, outcome, error type) of ``call`` in the final table."""
+    table = output.split("What the agent got back", 1)[1]
+    row = re.search(re.escape(call) + r"\s+(\d+)\s+(ok|error)\s+(\S+)", table)
+    assert row, f"no row for {call} in:\n{table}"
+    return int(row.group(1)), row.group(2), row.group(3)
+
+
+def test_demo_meets_every_expectation_and_stops_what_it_started(tmp_path: Path) -> None:
+    """Given no TOOLEXEC_REDIS_URL, the demo starts its own server, passes, and stops it all."""
+    # When the demo runs from an unrelated directory
+    done = subprocess.run(
+        _demo_command(),
+        env=_demo_env(tmp_path / "data"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=_DEMO_TIMEOUT_S,
+    )
+    output = done.stdout
+
+    # Then every scripted call ended as declared
+    assert done.returncode == 0, output + done.stderr
+    assert re.search(r"✓ all \d+ calls ended as expected", output), output
+    # ... 503 twice and 429-with-Retry-After end ok after their retries, not as errors
+    assert _table_row(output, 'get_weather(city="Oslo")') == (3, "ok", "—")
+    assert _table_row(output, 'query_order(order_id="A-1001")') == (2, "ok", "—")
+    assert _table_row(output, "http_request(GET /shipping/A-1001)") == (2, "ok", "—")
+    # ... and the failures reach the agent classified
+    assert _table_row(output, 'get_weather(city="Lima")') == (3, "error", "timeout")
+    assert _table_row(output, 'query_order(order_id="Z-9999")') == (1, "error", "not_found")
+    assert _table_row(output, 'get_weather(city="Oslo", unit="kelvin")') == (
+        0,
+        "error",
+        "invalid_arguments",
+    )
+    assert _table_row(output, 'get_stock_price(symbol="ACME")') == (0, "error", "unknown_tool")
+    for city in ("Paris", "Tokyo", "Nairobi", "Quito"):
+        assert _table_row(output, f'get_weather(city="{city}", unit="f")') == (1, "ok", "—")
+
+    # And nothing it started outlives it
+    valkey_pid, worker_pid = _pids(output)
+    assert "stopped: worker, service, embedded Valkey" in output
+    _assert_all_stopped(valkey_pid, worker_pid, tmp_path / "data")
+    assert list((tmp_path / "data" / "demo").iterdir()) == [], "the worker log of a passing run"
+
+
+def _wait_for_line(process: subprocess.Popen[str], pattern: str, seen: list[str]) -> None:
+    assert process.stdout is not None
+    end = time.monotonic() + _DEMO_TIMEOUT_S
+    while time.monotonic() < end:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if re.search(pattern, line):
+            return
+    raise AssertionError(f"the demo never printed {pattern!r}:\n{''.join(seen)}")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupted_demo_still_stops_everything_it_started(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    """Given a demo in the middle of its calls, a Ctrl-C or SIGTERM still stops all it started."""
+    process = subprocess.Popen(
+        _demo_command(),
+        env=_demo_env(tmp_path / "data"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    seen: list[str] = []
+    try:
+        # When it is interrupted after its first call has ended
+        _wait_for_line(process, r"✓ get_weather\(city=\"Oslo\"\)", seen)
+        process.send_signal(signum)
+        rest, _ = process.communicate(timeout=_DEMO_TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = "".join(seen) + rest
+
+    # Then it says so, exits 130 and leaves nothing running
+    assert process.returncode == 130, output
+    assert "interrupted" in output
+    valkey_pid, worker_pid = _pids(output)
+    _assert_all_stopped(valkey_pid, worker_pid, tmp_path / "data")
