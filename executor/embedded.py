@@ -164,4 +164,13 @@ def _pid_running(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """The daemon is reparented to PID 1, which in a container may reap it late or never."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # no procfs (macOS) or already reaped: kill(0) is all we know
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]

@@ -211,6 +211,10 @@ def tool(
                 f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-' "
                 "(what model APIs accept)"
             )
+        try:
+            jitter_kind = Jitter(jitter)
+        except ValueError as exc:
+            raise ConfigurationError(f"tool {tool_name!r}: {exc}") from exc
         policy = ToolPolicy(
             timeout=timeout,
             retry=retry
@@ -218,7 +222,7 @@ def tool(
                 max_attempts=max_attempts,
                 base=backoff_base,
                 cap=backoff_cap,
-                jitter=Jitter(jitter),
+                jitter=jitter_kind,
                 retry_on=TRANSIENT_TYPES if retry_on is None else retry_on,
             ),
             queue=queue,
@@ -231,7 +235,7 @@ def tool(
             arguments=_argument_model(tool_name, fn),
             policy=policy,
         )
-        (registry or default_registry).register(spec)
+        (default_registry if registry is None else registry).register(spec)
         fn.__toolexec__ = spec  # type: ignore[attr-defined]
         return fn
 

@@ -52,8 +52,11 @@ class RetryPolicy:
                 f"backoff needs base >= 0, cap >= 0 and factor >= 1 "
                 f"(got base={self.base}, cap={self.cap}, factor={self.factor})"
             )
-        object.__setattr__(self, "jitter", Jitter(self.jitter))
-        object.__setattr__(self, "retry_on", frozenset(ErrorType(t) for t in self.retry_on))
+        try:
+            object.__setattr__(self, "jitter", Jitter(self.jitter))
+            object.__setattr__(self, "retry_on", frozenset(ErrorType(t) for t in self.retry_on))
+        except ValueError as exc:  # a declaration error, like the checks above
+            raise ConfigurationError(f"retry policy: {exc}") from exc
 
     def exponential(self, attempt: int) -> float:
         """The un-jittered delay after failed attempt ``attempt`` (1-based)."""
