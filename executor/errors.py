@@ -17,7 +17,8 @@ misuse or broken infrastructure, never a tool's own failure::
         │   ├── ToolTimeoutError           timeout
         │   ├── ToolConnectionError        connection_error
         │   ├── RateLimitedError           rate_limited (honours retry_after)
-        │   └── UnavailableError           unavailable (5xx)
+        │   ├── UnavailableError           unavailable (5xx)
+        │   └── CircuitOpenError           circuit_open (the tool's breaker refused the call)
         └── PermanentError             retrying the same call cannot help
             ├── InvalidArgumentsError      invalid_arguments (400, 422, schema)
             ├── UnauthorizedError          unauthorized (401)
@@ -37,6 +38,7 @@ from typing import Any, ClassVar
 __all__ = [
     "TRANSIENT_TYPES",
     "BrokerUnavailableError",
+    "CircuitOpenError",
     "ClientError",
     "ConfigurationError",
     "ErrorType",
@@ -74,6 +76,7 @@ class ErrorType(StrEnum):
     TOOL_ERROR = "tool_error"
     DEADLINE_EXCEEDED = "deadline_exceeded"
     INTERNAL_ERROR = "internal_error"
+    CIRCUIT_OPEN = "circuit_open"
 
 
 #: Failures that the same call may not meet again: retried by default.
@@ -161,6 +164,17 @@ class RateLimitedError(TransientError):
 
 class UnavailableError(TransientError):
     error_type = ErrorType.UNAVAILABLE
+
+
+class CircuitOpenError(TransientError):
+    """The tool's circuit breaker is open: the tool body was not run.
+
+    Retryable because the breaker closes again by itself; ``retry_after`` says
+    when it may admit a call (``None`` when unknown: an operator isolates the
+    tool, or the breaker cannot reach Redis and is set to refuse).
+    """
+
+    error_type = ErrorType.CIRCUIT_OPEN
 
 
 class PermanentError(ToolException):

@@ -37,6 +37,37 @@ class Keys:
         """
         return f"{self.prefix}:reply:{reply_to}"
 
+    def breaker(self, name: str) -> str:
+        """Hash: one circuit breaker's whole state (state, window, open-until, ...).
+
+        ``{name}`` is a hash tag: a breaker's keys share one Redis Cluster slot,
+        so its Lua scripts may touch them all. TTL: :data:`BREAKER_IDLE_TTL_S`
+        past the later of now and open-until, refreshed by every write; none
+        while an operator isolates the breaker (it must stay open until reset).
+        """
+        return f"{self.prefix}:breaker:{{{name}}}"
+
+    def breaker_probes(self, name: str) -> str:
+        """Sorted set: probe permit id -> lease end (epoch s) of a half-open breaker.
+
+        Same hash tag and TTL as :meth:`breaker`; a permit itself ends at its
+        score, so a probe holder that died gives its permit back by then.
+        """
+        return f"{self.prefix}:breaker:{{{name}}}:probes"
+
+    def breakers(self) -> str:
+        """Sorted set: breaker name -> when a process last registered it (epoch s).
+
+        No TTL: one short member per breaker, for ``toolexec breakers``. Members
+        whose state has expired and that nobody registered for longer than
+        :data:`BREAKER_IDLE_TTL_S` are pruned when the breakers are listed.
+        """
+        return f"{self.prefix}:breakers"
+
 
 #: A reply nobody collects within this long after its deadline is garbage.
 REPLY_TTL_S = 300
+
+#: A breaker nobody used for a day has a stale window: forget it. Bounds the
+#: keys of per-host breakers (``http_request@<host>``) for hosts seen once.
+BREAKER_IDLE_TTL_S = 86_400
