@@ -55,8 +55,14 @@ def pause(seconds: float) -> float:
 
 
 @tool(timeout=5, max_attempts=3, backoff_base=0.01, backoff_cap=0.01)
-def raise_transient(retry_after: float | None = None) -> None:
-    """Always fails transiently, as a tool author would signal it."""
+def raise_transient(retry_after: float | None = None, url: str | None = None) -> None:
+    """Always fails transiently, as a tool author would signal it.
+
+    With ``url``, each attempt first POSTs there, so a test can time the attempts.
+    """
+    if url:
+        with httpx.Client(timeout=5) as client:
+            client.post(url)
     raise TransientError("the backend is warming up", retry_after=retry_after)
 
 

@@ -1,0 +1,33 @@
+"""Plain helpers the integration modules share (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from executor.testing import Hit
+
+T = TypeVar("T")
+
+
+def timed(func: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:
+    """``func(*args, **kwargs)`` and the seconds it took, on the monotonic clock."""
+    start = time.monotonic()
+    value = func(*args, **kwargs)
+    return value, time.monotonic() - start
+
+
+def closed_port() -> int:
+    """A local port that refuses connections (bound once, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def gaps(hits: list[Hit]) -> list[float]:
+    """Seconds between consecutive hits at the service."""
+    return [later.at - earlier.at for earlier, later in itertools.pairwise(hits)]
