@@ -147,6 +147,11 @@ class BreakerPolicy:
         """Whether a call that took ``duration_s`` counts as a failure for being slow."""
         return self.slow_call_s is not None and duration_s > self.slow_call_s
 
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> BreakerPolicy:
+        """The policy a catalog entry describes (clients have no tool code)."""
+        return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+
     def to_json(self) -> dict[str, Any]:
         return {
             "enabled": self.enabled,

@@ -11,12 +11,14 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from executor.embedded import ensure_embedded
 from executor.errors import RedisUnavailableError
 from executor.settings import Settings
 
-__all__ = ["redact_url", "redis_client", "redis_url", "unavailable"]
+__all__ = ["fail_fast_client", "redact_url", "redis_client", "redis_url", "unavailable"]
 
 
 def redis_url(settings: Settings) -> str:
@@ -31,6 +33,16 @@ def redis_client(url: str, **kwargs: Any) -> redis.Redis:
     kwargs.setdefault("socket_connect_timeout", 5.0)
     kwargs.setdefault("health_check_interval", 30)
     return redis.Redis.from_url(url, decode_responses=True, **kwargs)
+
+
+def fail_fast_client(url: str) -> redis.Redis:
+    """A client for checks on the call path (breakers), where waiting is worse than failing.
+
+    redis-py retries a failed command with backoff by default, which would add
+    seconds to every tool call while Redis is down; this one gives up after a
+    second and lets the caller's ``on_redis_error`` policy decide.
+    """
+    return redis_client(url, socket_timeout=1.0, retry=Retry(NoBackoff(), 1))
 
 
 def redact_url(url: str) -> str:

@@ -11,6 +11,7 @@ without a worker.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from executor.classify import classify_exception, classify_response
 from executor.clock import Clock, SystemClock
 from executor.context import CallContext
 from executor.errors import ErrorType, InvalidArgumentsError, ToolException, ToolTimeoutError
+from executor.layers import Attempt, Layer, Outcome, compose
 from executor.registry import ToolSpec
 from executor.results import ErrorInfo, Timings, ToolResult
 from executor.retry import decide
@@ -124,10 +126,12 @@ class Executor:
         runner: Runner | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        layers: Sequence[Layer] = (),
     ) -> None:
         self.runner = runner or Runner()
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
+        self.layers = tuple(layers)
 
     def attempt(
         self, spec: ToolSpec, raw_arguments: Any, ctx: CallContext, attempt: int
@@ -159,18 +163,14 @@ class Executor:
         attempt: int,
         start: float,
     ) -> Verdict:
-        left = ctx.deadline - start
-        limit = min(spec.policy.timeout, left)
+        limit = min(spec.policy.timeout, ctx.deadline - start)
         kwargs = {name: getattr(arguments, name) for name in type(arguments).model_fields}
-        try:
-            data = _jsonable(self.runner.run(spec.func, kwargs, limit), start)
-            failure: ToolException | None = None
-        except ToolTimeoutError as exc:
-            failure = exc
-        except Exception as exc:
-            failure = classify_exception(exc, self.clock.now())
+        current = Attempt(spec, ctx, attempt, arguments.model_dump(mode="json"), limit)
+        outcome = compose(self.layers, current, lambda: self._body(spec, kwargs, limit))
         end = self.clock.now()
-        ctx = ctx.after_attempt(end - start)
+        ctx = ctx.after_attempt(outcome.duration_s)
+        attempts = attempt if outcome.ran else attempt - 1
+        failure = outcome.failure
         if failure is None:
             return Final(
                 ToolResult(
@@ -178,17 +178,31 @@ class Executor:
                     tool=ctx.tool,
                     call_id=ctx.call_id,
                     run_id=ctx.run_id,
-                    data=data,
-                    attempts=attempt,
+                    data=outcome.data,
+                    attempts=attempts,
                     elapsed_ms=_elapsed_ms(ctx, end),
                     timings=_timings(ctx, end),
                 )
             )
         if isinstance(failure, ToolTimeoutError) and limit < spec.policy.timeout:
             return Final(
-                error_result(ctx, deadline_info(ctx, failure, attempt), attempts=attempt, now=end)
+                error_result(ctx, deadline_info(ctx, failure, attempts), attempts=attempts, now=end)
             )
-        return self._after_failure(spec, failure, ctx, attempt, end)
+        return self._after_failure(spec, failure, ctx, attempts, end)
+
+    def _body(self, spec: ToolSpec, kwargs: dict[str, Any], limit: float) -> Outcome:
+        """Run the tool itself and classify whatever it raised or returned."""
+        start = self.clock.now()
+        try:
+            data = _jsonable(self.runner.run(spec.func, kwargs, limit), start)
+        except ToolTimeoutError as exc:
+            return Outcome(failure=exc, duration_s=self.clock.now() - start)
+        except Exception as exc:
+            return Outcome(
+                failure=classify_exception(exc, self.clock.now()),
+                duration_s=self.clock.now() - start,
+            )
+        return Outcome(data=data, duration_s=self.clock.now() - start)
 
     def _after_failure(
         self, spec: ToolSpec, failure: ToolException, ctx: CallContext, attempt: int, now: float

@@ -18,6 +18,7 @@ from typing import Any, TypeVar, get_type_hints, overload
 
 import pydantic
 
+from executor.breaker import BreakerPolicy
 from executor.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
 from executor.retry import Jitter, RetryPolicy
 
@@ -36,10 +37,17 @@ class ToolPolicy:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     queue: str | None = None
     side_effects: bool = False
+    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
+    breaker_key: str | None = None
 
     def __post_init__(self) -> None:
-        if self.timeout <= 0:
+        if not self.timeout > 0:
             raise ConfigurationError(f"a tool's timeout must be positive, not {self.timeout}")
+        if self.breaker.enabled and self.breaker.probe_lease_s <= self.timeout:
+            raise ConfigurationError(
+                f"the breaker's probe_lease_s ({self.breaker.probe_lease_s} s) must exceed the "
+                f"tool's timeout ({self.timeout} s), or a live probe's permit is handed on"
+            )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,6 +60,8 @@ class ToolPolicy:
             "retry_on": sorted(str(t) for t in self.retry.retry_on),
             "queue": self.queue,
             "side_effects": self.side_effects,
+            "breaker": self.breaker.to_json(),
+            "breaker_key": self.breaker_key,
         }
 
 
@@ -176,6 +186,8 @@ def tool(
     retry: RetryPolicy | None = ...,
     queue: str | None = ...,
     side_effects: bool = ...,
+    breaker: BreakerPolicy | None = ...,
+    breaker_key: str | None = ...,
     registry: Registry | None = ...,
 ) -> Callable[[F], F]: ...
 
@@ -195,6 +207,8 @@ def tool(
     retry: RetryPolicy | None = None,
     queue: str | None = None,
     side_effects: bool = False,
+    breaker: BreakerPolicy | None = None,
+    breaker_key: str | None = None,
     registry: Registry | None = None,
 ) -> F | Callable[[F], F]:
     """Register a typed function (sync or ``async def``) as a tool.
@@ -202,6 +216,9 @@ def tool(
     The signature becomes the argument schema, the docstring the description
     the model reads. ``timeout`` bounds one attempt in seconds; the retry
     settings build a :class:`RetryPolicy` unless ``retry`` gives one whole.
+    ``breaker`` is the tool's :class:`BreakerPolicy` (a default one when None);
+    ``breaker_key`` names an argument holding a URL, to keep one breaker per
+    downstream host (``http_request@api.example.com``) instead of one per tool.
     """
 
     def register(fn: F) -> F:
@@ -227,6 +244,8 @@ def tool(
             ),
             queue=queue,
             side_effects=side_effects,
+            breaker=breaker or BreakerPolicy(probe_lease_s=max(60.0, timeout + 10.0)),
+            breaker_key=breaker_key,
         )
         spec = ToolSpec(
             name=tool_name,

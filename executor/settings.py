@@ -38,7 +38,7 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(
         default_factory=_default_data_dir,
-        description="Where the embedded server keeps its pidfile, socket and log.",
+        description="Where the embedded server keeps its pidfile, URL file and log.",
     )
     key_prefix: str = Field(default="toolexec", description="Prefix of every Redis key.")
     tools: Annotated[list[str], NoDecode] = Field(
@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     )
     worker_concurrency: int = Field(
         default=32, gt=0, description="Slots per worker process (calls in parallel)."
+    )
+    breaker_on_redis_error: Literal["allow", "deny"] = Field(
+        default="allow",
+        description="What breakers answer while Redis is unreachable: let calls through or refuse.",
     )
     task_events: bool = Field(
         default=True, description="Send task events so Flower and `celery events` see calls."

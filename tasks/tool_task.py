@@ -22,8 +22,10 @@ from celery import Celery, Task
 from celery.exceptions import Retry as CeleryRetry
 
 from executor.app import settings_of
+from executor.breaker import CircuitBreaker
+from executor.breaker_layer import BreakerLayer
 from executor.clock import SystemClock
-from executor.connection import redis_client, redis_url
+from executor.connection import fail_fast_client, redis_client, redis_url
 from executor.context import CallContext
 from executor.errors import ErrorType
 from executor.execution import Executor, Final, Retry, error_result
@@ -31,6 +33,7 @@ from executor.keys import Keys
 from executor.registry import ToolSpec
 from executor.replies import deliver
 from executor.results import ErrorInfo, ToolResult
+from executor.settings import Settings
 
 __all__ = ["RetryLater", "ToolFailed", "ToolTask", "register_tool_task"]
 
@@ -72,13 +75,23 @@ def worker_state(celery_app: Celery) -> _WorkerState:
     with _state_lock:
         if _state is None or _state.pid != os.getpid():
             settings = settings_of(celery_app)
+            url = redis_url(settings)
             _state = _WorkerState(
                 pid=os.getpid(),
-                redis=redis_client(redis_url(settings)),
+                redis=redis_client(url),
                 keys=Keys(settings.key_prefix),
-                executor=Executor(clock=SystemClock()),
+                executor=build_executor(settings, url),
             )
         return _state
+
+
+def build_executor(settings: Settings, url: str) -> Executor:
+    """The worker's executor and its layers, outermost first."""
+    keys = Keys(settings.key_prefix)
+    breakers = CircuitBreaker(
+        fail_fast_client(url), keys, on_redis_error=settings.breaker_on_redis_error
+    )
+    return Executor(clock=SystemClock(), layers=[BreakerLayer(breakers)])
 
 
 class ToolTask(Task):  # type: ignore[misc]
