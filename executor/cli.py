@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from executor.breaker_cli import breakers
 from executor.errors import ToolexecError
 
 __all__ = ["main"]
@@ -153,6 +154,9 @@ def embedded_stop() -> None:
 
     stopped = stop_embedded(Settings.from_env().data_dir)
     click.echo("stopped" if stopped else "not running")
+
+
+cli.add_command(breakers)
 
 
 def main() -> None:

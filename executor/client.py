@@ -24,11 +24,13 @@ from kombu.exceptions import OperationalError
 
 from executor import catalog as catalog_mod
 from executor.app import create_app
+from executor.breaker import BreakerPolicy, CircuitBreaker
+from executor.breaker_layer import refusal_for
 from executor.clock import Clock, SystemClock
-from executor.connection import redis_client, redis_url, unavailable
+from executor.connection import fail_fast_client, redis_client, redis_url, unavailable
 from executor.context import CallContext
-from executor.errors import BrokerUnavailableError, ErrorType, UsageError
-from executor.execution import error_result
+from executor.errors import BrokerUnavailableError, CircuitOpenError, ErrorType, UsageError
+from executor.execution import error_info, error_result
 from executor.keys import Keys
 from executor.replies import ReplyBox
 from executor.results import ErrorInfo, ToolResult
@@ -90,6 +92,11 @@ class ToolClient:
         self.keys = Keys(self.settings.key_prefix)
         self.app = celery_app or create_app(self.settings)
         self.clock = clock or SystemClock()
+        self.breakers = CircuitBreaker(
+            fail_fast_client(self._url),
+            self.keys,
+            on_redis_error=self.settings.breaker_on_redis_error,
+        )
         self._catalog: catalog_mod.Catalog = {}
         self._catalog_read_at = float("-inf")
         self._catalog_lock = threading.Lock()
@@ -101,6 +108,7 @@ class ToolClient:
 
     def close(self) -> None:
         self.redis.close()
+        self.breakers.redis.close()
 
     def __enter__(self) -> ToolClient:
         return self
@@ -270,7 +278,25 @@ class ToolClient:
                 problem,
                 "Fix the fields named above and call the tool again.",
             )
+        refusal = self._breaker_refusal(tool, entry["policy"], parsed or {})
+        if refusal is not None:
+            result = error_result(ctx, error_info(refusal), attempts=0, now=self.clock.now())
+            return _Prepared(ctx, None, None, result)
         return _Prepared(ctx, parsed, entry["policy"]["queue"], None)
+
+    def _breaker_refusal(
+        self, tool: str, policy: dict[str, Any], arguments: dict[str, Any]
+    ) -> CircuitOpenError | None:
+        """Fail fast, without a queue round trip, while the tool's breaker is open."""
+        if "breaker" not in policy:  # published by a worker that predates breakers
+            return None
+        return refusal_for(
+            self.breakers,
+            tool,
+            BreakerPolicy.from_json(policy["breaker"]),
+            policy.get("breaker_key"),
+            arguments,
+        )
 
     def _early(self, ctx: CallContext, kind: ErrorType, message: str, suggestion: str) -> _Prepared:
         info = ErrorInfo(type=kind, message=message, suggestion=suggestion, retryable=False)
