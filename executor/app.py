@@ -17,7 +17,7 @@ from celery import Celery
 from executor.connection import redis_url
 from executor.settings import Settings
 
-__all__ = ["app", "celery_config", "create_app"]
+__all__ = ["app", "celery_config", "create_app", "settings_of"]
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

@@ -75,6 +75,14 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     return max(0.0, seconds)
 
 
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """A header by name, whatever its case (a plain dict is not case-insensitive)."""
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return None
+
+
 def classify_response(
     status: int, headers: Mapping[str, str], body: str, url: str, now: float
 ) -> ToolException | None:
@@ -85,7 +93,7 @@ def classify_response(
     message = f"HTTP {status} from {url}" + (f": {snippet}" if snippet else "")
     details = {"status_code": status}
     if status == 429 or status >= 500:
-        retry_after = parse_retry_after(headers.get("retry-after"), now)
+        retry_after = parse_retry_after(_header(headers, "retry-after"), now)
         if status == 429:
             return RateLimitedError(
                 message,

@@ -31,7 +31,15 @@ from executor.retry import decide
 from executor.runner import Runner
 from executor.validation import describe_validation_error
 
-__all__ = ["Executor", "Final", "Retry", "Verdict", "error_result"]
+__all__ = [
+    "Executor",
+    "Final",
+    "Retry",
+    "Verdict",
+    "deadline_info",
+    "error_info",
+    "error_result",
+]
 
 
 @dataclass(frozen=True)

@@ -222,7 +222,7 @@ def tool(
     """
 
     def register(fn: F) -> F:
-        tool_name = name or fn.__name__
+        tool_name = fn.__name__ if name is None else name
         if not _NAME.match(tool_name):
             raise ConfigurationError(
                 f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-' "

@@ -47,7 +47,8 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be at least 1, not {self.max_attempts}")
-        if self.base < 0 or self.cap < 0 or self.factor < 1:
+        # Written as 'not (x >= 0)' so that NaN, which fails every comparison, is refused too.
+        if not (self.base >= 0 and self.cap >= 0 and self.factor >= 1):
             raise ConfigurationError(
                 f"backoff needs base >= 0, cap >= 0 and factor >= 1 "
                 f"(got base={self.base}, cap={self.cap}, factor={self.factor})"

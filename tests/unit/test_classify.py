@@ -225,3 +225,10 @@ def test_an_unknown_exception_is_a_tool_error_not_worth_retrying() -> None:
 def test_a_tool_exception_passes_through_unchanged() -> None:
     original = RateLimitedError("slow down", retry_after=9.0, details={"bucket": "search"})
     assert classify_exception(original, NOW) is original
+
+
+def test_retry_after_is_found_in_a_plain_dict_whatever_its_case() -> None:
+    """Tools may pass plain dicts; header names are case-insensitive all the same."""
+    failure = classify_response(503, {"Retry-After": "7"}, "", URL, NOW)
+    assert failure is not None
+    assert failure.retry_after == 7.0  # type: ignore[attr-defined]

@@ -154,7 +154,7 @@ def test_the_catalog_entry_falls_back_to_the_default_queue(registry: Registry) -
     assert _spec(registry, "b").catalog_entry("tools")["policy"]["queue"] == "gpu"
 
 
-@pytest.mark.parametrize("bad", ["has space", "dots.are.out", "é", "x" * 65])
+@pytest.mark.parametrize("bad", ["", "has space", "dots.are.out", "é", "x" * 65])
 def test_names_that_model_apis_refuse_are_refused(registry: Registry, bad: str) -> None:
     with pytest.raises(ConfigurationError, match="must be 1-64"):
         tool(name=bad, registry=registry)(noop)

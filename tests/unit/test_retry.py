@@ -228,3 +228,10 @@ def test_policy_delays_are_finite_floats() -> None:
     for attempt in range(1, 50):
         delay = policy.backoff(attempt, None, random.Random(attempt))
         assert isinstance(delay, float) and math.isfinite(delay)
+
+
+@pytest.mark.parametrize("field", ["base", "cap", "factor"])
+def test_a_nan_backoff_setting_is_refused(field: str) -> None:
+    """NaN fails every comparison; unchecked it would make every delay NaN."""
+    with pytest.raises(ConfigurationError):
+        RetryPolicy(**{field: math.nan})  # type: ignore[arg-type]
