@@ -11,7 +11,12 @@ misuse or broken infrastructure, never a tool's own failure::
     ├── UsageError                     the client was called wrongly
     ├── InfrastructureError            toolexec cannot reach what it runs on
     │   ├── RedisUnavailableError
-    │   └── BrokerUnavailableError
+    │   ├── BrokerUnavailableError
+    │   └── PayloadStoreUnavailableError  the payload store (Redis, directory, S3) fails
+    ├── PayloadUnavailableError        a stored payload cannot be read back
+    │   ├── PayloadExpiredError            its TTL has passed
+    │   ├── PayloadMissingError            deleted, or another store than the writer's
+    │   └── PayloadIntegrityError          its bytes do not match the reference's sha256
     └── ToolException                  raised inside tools; becomes a ToolResult
         ├── TransientError             worth retrying: the same call may succeed
         │   ├── ToolTimeoutError           timeout
@@ -46,6 +51,11 @@ __all__ = [
     "InfrastructureError",
     "InvalidArgumentsError",
     "NotFoundError",
+    "PayloadExpiredError",
+    "PayloadIntegrityError",
+    "PayloadMissingError",
+    "PayloadStoreUnavailableError",
+    "PayloadUnavailableError",
     "PermanentError",
     "RateLimitedError",
     "RedisUnavailableError",
@@ -77,6 +87,10 @@ class ErrorType(StrEnum):
     DEADLINE_EXCEEDED = "deadline_exceeded"
     INTERNAL_ERROR = "internal_error"
     CIRCUIT_OPEN = "circuit_open"
+    # The run guard's verdicts (executor.guard): not failures of a tool, so never retried.
+    TOOL_DISABLED = "tool_disabled"
+    RUN_ABORTED = "run_aborted"
+    RUN_BUDGET_EXHAUSTED = "run_budget_exhausted"
 
 
 #: Failures that the same call may not meet again: retried by default.
@@ -107,6 +121,30 @@ class RedisUnavailableError(InfrastructureError):
 
 class BrokerUnavailableError(InfrastructureError):
     """The Celery broker does not accept messages."""
+
+
+class PayloadStoreUnavailableError(InfrastructureError):
+    """The store of large payloads (Redis, a directory, S3) cannot be reached."""
+
+
+class PayloadUnavailableError(ToolexecError):
+    """A stored payload (a large result or argument) cannot be read back.
+
+    The message says which payload, why, and what to do; the reference itself
+    stays valid as a record of what was stored.
+    """
+
+
+class PayloadExpiredError(PayloadUnavailableError):
+    """The payload's time to live has passed and the store has dropped it."""
+
+
+class PayloadMissingError(PayloadUnavailableError):
+    """The store has no such payload: deleted, or written to another store."""
+
+
+class PayloadIntegrityError(PayloadUnavailableError):
+    """The stored bytes differ from what the reference's sha256 promises."""
 
 
 class ToolException(ToolexecError):

@@ -64,6 +64,16 @@ class Keys:
         """
         return f"{self.prefix}:breakers"
 
+    def run(self, run_id: str) -> str:
+        """String: one agent run's guard state as JSON (counts, history, ladder, verdicts).
+
+        ``{run_id}`` is a hash tag, so later keys of the same run share its slot.
+        TTL: :data:`RUN_IDLE_TTL_S` (or the run's wall-time budget, if longer),
+        refreshed by every round: the guard must outlive the model's memory of
+        the run across client restarts, but not a run nobody continues.
+        """
+        return f"{self.prefix}:run:{{{run_id}}}"
+
 
 #: A reply nobody collects within this long after its deadline is garbage.
 REPLY_TTL_S = 300
@@ -71,3 +81,7 @@ REPLY_TTL_S = 300
 #: A breaker nobody used for a day has a stale window: forget it. Bounds the
 #: keys of per-host breakers (``http_request@<host>``) for hosts seen once.
 BREAKER_IDLE_TTL_S = 86_400
+
+#: A run nobody advanced for a day is over: its guard state goes. An aborted run
+#: stays refused that long, so a client that restarts cannot resume it by accident.
+RUN_IDLE_TTL_S = 86_400
