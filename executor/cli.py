@@ -12,6 +12,7 @@ import click
 
 from executor.breaker_cli import breakers
 from executor.errors import ToolexecError
+from executor.ops_cli import flower, serve_embedded
 
 __all__ = ["main"]
 
@@ -157,6 +158,8 @@ def embedded_stop() -> None:
 
 
 cli.add_command(breakers)
+cli.add_command(flower)
+embedded.add_command(serve_embedded)
 
 
 def main() -> None:

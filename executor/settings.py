@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -75,6 +75,16 @@ class Settings(BaseSettings):
     task_events: bool = Field(
         default=True, description="Send task events so Flower and `celery events` see calls."
     )
+    flower_user: str | None = Field(
+        default=None, description="Basic-auth user of `toolexec flower`."
+    )
+    flower_password: SecretStr | None = Field(
+        default=None, description="Basic-auth password of `toolexec flower` (never logged)."
+    )
+    flower_address: str = Field(
+        default="127.0.0.1", description="Address `toolexec flower` listens on."
+    )
+    flower_port: int = Field(default=5555, gt=0, lt=65536, description="Port of `toolexec flower`.")
 
     @field_validator("tools", mode="before")
     @classmethod

@@ -30,6 +30,8 @@ from executor.context import CallContext
 from executor.errors import ErrorType
 from executor.execution import Executor, Final, Retry, error_result
 from executor.keys import Keys
+from executor.payloads import worker_payloads
+from executor.redaction import secret_names, shown_kwargs
 from executor.registry import ToolSpec
 from executor.replies import deliver
 from executor.results import ErrorInfo, ToolResult
@@ -91,7 +93,13 @@ def build_executor(settings: Settings, url: str) -> Executor:
     breakers = CircuitBreaker(
         fail_fast_client(url), keys, on_redis_error=settings.breaker_on_redis_error
     )
-    return Executor(clock=SystemClock(), layers=[BreakerLayer(breakers)])
+    clock = SystemClock()
+    payloads = worker_payloads(settings, url, clock)
+    return Executor(
+        clock=clock,
+        layers=[BreakerLayer(breakers), payloads.layer],
+        resolve_arguments=payloads.resolve,
+    )
 
 
 class ToolTask(Task):  # type: ignore[misc]
@@ -119,6 +127,10 @@ class ToolTask(Task):  # type: ignore[misc]
         if isinstance(exc, RetryLater):
             countdown = exc.verdict.delay
             kwargs = {**self.request.kwargs, "context": exc.verdict.context.to_json()}
+        # Celery would show the retry's kwargs with saferepr, secrets and all.
+        options.setdefault(
+            "kwargsrepr", self._shown(self.request.kwargs if kwargs is None else kwargs)
+        )
         try:
             return super().retry(
                 args=args,
@@ -144,6 +156,10 @@ class ToolTask(Task):  # type: ignore[misc]
                 f"{publish_error}); last error: {exc.verdict.error.message}",
             )
             raise
+
+    def _shown(self, kwargs: Any) -> str:
+        """``kwargsrepr`` of a message this task sends, secrets redacted as the client does."""
+        return shown_kwargs(kwargs or {}, secret_names(self.spec.json_schema()))
 
     def _finish(self, ctx: CallContext, result: ToolResult) -> None:
         state = worker_state(self.app)

@@ -1,0 +1,115 @@
+"""Operators' commands: ``toolexec flower`` and ``toolexec embedded serve``.
+
+``toolexec flower`` is ``celery -A executor.app flower`` for the configured
+broker, with basic auth from settings: the credentials travel to Flower in its
+own ``FLOWER_BASIC_AUTH`` environment variable, so they never show in ``ps``,
+in a Procfile or in a log line. Flower's REST API and task pages reveal
+every call's arguments (secrets redacted) and can revoke tasks, so it refuses
+to listen beyond loopback without auth.
+
+``toolexec embedded serve`` runs the bundled Valkey in the foreground, with
+persistence and ``noeviction``, for process managers (the Procfile) that
+expect each service to stay in the foreground.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+
+import click
+
+from executor.settings import Settings
+
+__all__ = ["basic_auth", "flower", "is_loopback", "serve_embedded", "valkey_args"]
+
+
+def is_loopback(address: str) -> bool:
+    """Whether ``address`` only accepts connections from this machine."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:  # a host name, "" or "0.0.0.0"-like wildcard spellings
+        return False
+
+
+def basic_auth(settings: Settings) -> str | None:
+    """``user:password`` for Flower, or None when the settings give no complete pair."""
+    password = settings.flower_password.get_secret_value() if settings.flower_password else ""
+    if not settings.flower_user or not password:
+        return None
+    return f"{settings.flower_user}:{password}"
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.option("--address", default=None, help="Listen address (default TOOLEXEC_FLOWER_ADDRESS).")
+@click.option("--port", type=int, default=None, help="Port (default TOOLEXEC_FLOWER_PORT).")
+@click.argument("flower_args", nargs=-1, type=click.UNPROCESSED)
+def flower(address: str | None, port: int | None, flower_args: tuple[str, ...]) -> None:
+    """Start Flower for the configured broker, behind basic auth from settings.
+
+    Credentials come from TOOLEXEC_FLOWER_USER and TOOLEXEC_FLOWER_PASSWORD.
+    Without them Flower starts only on a loopback address. Other Flower
+    options (e.g. --persistent=True) are passed through.
+    """
+    settings = Settings.from_env()
+    listen = settings.flower_address if address is None else address
+    auth = basic_auth(settings)
+    if auth is None and not is_loopback(listen):
+        raise click.ClickException(
+            f"refusing to serve Flower on {listen!r} without authentication: set "
+            "TOOLEXEC_FLOWER_USER and TOOLEXEC_FLOWER_PASSWORD, or listen on 127.0.0.1"
+        )
+    if auth is not None:
+        os.environ["FLOWER_BASIC_AUTH"] = auth
+    else:
+        os.environ.pop("FLOWER_BASIC_AUTH", None)  # only settings decide
+    from executor.app import app
+
+    argv = [
+        "flower",
+        f"--address={listen}",
+        f"--port={settings.flower_port if port is None else port}",
+        *flower_args,
+    ]
+    app.start(argv)
+
+
+def valkey_args(binary: Path, port: int, data_dir: Path, bind: str) -> list[str]:
+    """A foreground Valkey fit to be a broker: no eviction, an append-only file."""
+    return [
+        str(binary),
+        "--bind",
+        bind,
+        "--port",
+        str(port),
+        "--dir",
+        str(data_dir),
+        "--appendonly",
+        "yes",
+        # A broker must never silently drop messages to free memory (ANCHORS §1).
+        "--maxmemory-policy",
+        "noeviction",
+    ]
+
+
+@click.command("serve")
+@click.option("--port", type=int, default=6379, show_default=True)
+@click.option("--bind", default="127.0.0.1", show_default=True)
+@click.option(
+    "--dir",
+    "data_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the append-only file lives (default: TOOLEXEC_DATA_DIR/valkey-serve).",
+)
+def serve_embedded(port: int, bind: str, data_dir: Path | None) -> None:
+    """Run the bundled Valkey in the foreground (for honcho, foreman, systemd)."""
+    from executor.embedded import _binary
+
+    where = data_dir or Settings.from_env().data_dir / "valkey-serve"
+    where.mkdir(parents=True, exist_ok=True)
+    args = valkey_args(_binary(), port, where, bind)
+    os.execv(args[0], args)

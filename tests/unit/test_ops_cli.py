@@ -1,0 +1,61 @@
+"""`toolexec flower` refuses to expose Flower without auth; `embedded serve` is broker-safe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from executor.cli import cli
+from executor.ops_cli import basic_auth, is_loopback, valkey_args
+from executor.settings import Settings
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.53", "::1", "localhost"])
+def test_loopback_addresses_are_recognised(address: str) -> None:
+    assert is_loopback(address)
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "", "::", "10.0.0.5", "flower.example.com"])
+def test_wildcard_private_and_named_addresses_are_not_loopback(address: str) -> None:
+    assert not is_loopback(address)
+
+
+def test_basic_auth_needs_both_user_and_password() -> None:
+    assert basic_auth(Settings(flower_user="admin", flower_password="s3cret")) == "admin:s3cret"
+    assert basic_auth(Settings(flower_user="admin")) is None
+    assert basic_auth(Settings(flower_password="s3cret")) is None
+    assert basic_auth(Settings(flower_user="admin", flower_password="")) is None
+
+
+def test_the_flower_password_never_shows_in_the_settings_repr() -> None:
+    """Settings are printed in error messages and debug logs; the password must not be."""
+    settings = Settings(flower_user="admin", flower_password="s3cret-pw")
+    assert "s3cret-pw" not in repr(settings) and "s3cret-pw" not in str(settings.model_dump())
+
+
+def test_flower_refuses_a_public_address_without_auth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given no credentials, when asked to listen on 0.0.0.0, then it exits before starting."""
+    monkeypatch.delenv("TOOLEXEC_FLOWER_USER", raising=False)
+    monkeypatch.delenv("TOOLEXEC_FLOWER_PASSWORD", raising=False)
+    result = CliRunner().invoke(cli, ["flower", "--address", "0.0.0.0"])
+    assert result.exit_code == 1
+    assert "refusing to serve Flower on '0.0.0.0' without authentication" in result.output
+
+
+def test_flower_refuses_an_address_from_settings_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLEXEC_FLOWER_ADDRESS", "0.0.0.0")
+    monkeypatch.setenv("TOOLEXEC_FLOWER_USER", "admin")
+    monkeypatch.delenv("TOOLEXEC_FLOWER_PASSWORD", raising=False)
+    result = CliRunner().invoke(cli, ["flower"])
+    assert result.exit_code == 1 and "TOOLEXEC_FLOWER_PASSWORD" in result.output
+
+
+def test_embedded_serve_runs_a_broker_safe_valkey(tmp_path: Path) -> None:
+    """No eviction (a broker must not drop messages) and an append-only file (restarts)."""
+    args = valkey_args(Path("/bin/valkey-server"), 6390, tmp_path, "127.0.0.1")
+    pairs = dict(zip(args[1::2], args[2::2], strict=True))
+    assert pairs["--maxmemory-policy"] == "noeviction"
+    assert pairs["--appendonly"] == "yes"
+    assert pairs["--dir"] == str(tmp_path) and pairs["--port"] == "6390"
