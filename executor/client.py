@@ -23,7 +23,6 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from executor import catalog as catalog_mod
-from executor.adapters import Format, arun_round, run_round
 from executor.app import create_app
 from executor.breaker import BreakerPolicy, CircuitBreaker
 from executor.breaker_layer import refusal_for
@@ -32,20 +31,16 @@ from executor.connection import fail_fast_client, redis_client, redis_url, unava
 from executor.context import CallContext
 from executor.errors import BrokerUnavailableError, CircuitOpenError, ErrorType, UsageError
 from executor.execution import error_info, error_result
-from executor.guard import RunBudget, RunGuard
-from executor.keys import REPLY_TTL_S, Keys
-from executor.payloads import Offloader, PayloadPage, PayloadReader, open_store, store_arguments
+from executor.keys import Keys
 from executor.redaction import REPR_LIMIT, secret_names, shown_kwargs
 from executor.replies import ReplyBox
-from executor.results import ErrorInfo, PayloadRef, ToolResult
+from executor.results import ErrorInfo, ToolResult
 from executor.settings import Settings
 from executor.validation import validate_against_schema
 
 __all__ = ["CallHandle", "ToolClient"]
 
 CallSpec = tuple[str, Mapping[str, Any] | str]
-
-_SEND_A_REFERENCE = "Pass a reference (a URL or an id) instead of the content itself."
 
 #: Celery's own cap (``kwargsrepr_maxsize``) on the repr shown in logs, events, Flower.
 _REPR_LIMIT = REPR_LIMIT
@@ -220,52 +215,6 @@ class ToolClient:
         await asyncio.to_thread(self._publish, batch)
         return await self._acollect(batch)
 
-    # -- a model's tool calls, under the run's guard -------------------------
-
-    def run_guard(
-        self, run_id: str, budget: RunBudget | None = None, *, clock: Clock | None = None
-    ) -> RunGuard:
-        """The guardrails of run ``run_id``, kept in this client's Redis (see executor.guard)."""
-        return RunGuard(run_id, budget, redis=self.redis, keys=self.keys, clock=clock or self.clock)
-
-    def run_tool_calls(
-        self,
-        tool_calls: Any,
-        *,
-        run_id: str | None = None,
-        format: Format = "openai",
-        budget: RunBudget | None = None,
-        timeout: float | None = None,
-        guard: RunGuard | None = None,
-    ) -> list[dict[str, Any]]:
-        """Run a model response's tool calls in parallel; the replies, in the calls' order.
-
-        ``tool_calls`` is OpenAI's ``tool_calls`` or Anthropic's content blocks
-        (dicts or SDK objects; the assistant message or whole response works
-        too). Returns ``role: tool`` messages or ``tool_result`` blocks. With a
-        ``run_id`` (or a ``guard``) the run's guard counts steps, time and
-        failures in Redis and answers loops with a nudge, then
-        ``tool_disabled``, then ``run_aborted``; a spent budget answers
-        ``run_budget_exhausted``. Without either, the calls just run.
-        """
-        guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
-        return run_round(self, tool_calls, format=format, guard=guard, timeout=timeout).messages
-
-    async def arun_tool_calls(
-        self,
-        tool_calls: Any,
-        *,
-        run_id: str | None = None,
-        format: Format = "openai",
-        budget: RunBudget | None = None,
-        timeout: float | None = None,
-        guard: RunGuard | None = None,
-    ) -> list[dict[str, Any]]:
-        """The asyncio form of :meth:`run_tool_calls`."""
-        guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
-        outcome = await arun_round(self, tool_calls, format=format, guard=guard, timeout=timeout)
-        return outcome.messages
-
     # -- internals ---------------------------------------------------------
 
     def _prepare_many(
@@ -307,7 +256,7 @@ class ToolClient:
             reply_to=reply_to or call_id,
             run_id=run_id,
         )
-        parsed, problem = _parse_arguments(arguments, self.settings.payload_max_bytes)
+        parsed, problem = _parse_arguments(arguments, self.settings.max_argument_bytes)
         if problem is not None:
             return self._early(
                 ctx,
@@ -336,11 +285,8 @@ class ToolClient:
         if refusal is not None:
             result = error_result(ctx, error_info(refusal), attempts=0, now=self.clock.now())
             return _Prepared(ctx, None, None, result)
-        inline, problem = self._store_large_arguments(ctx, parsed or {})
-        if problem is not None:
-            return self._early(ctx, ErrorType.INVALID_ARGUMENTS, problem, _SEND_A_REFERENCE)
         return _Prepared(
-            ctx, inline, entry["policy"]["queue"], None, secret_names(entry["parameters"])
+            ctx, parsed, entry["policy"]["queue"], None, secret_names(entry["parameters"])
         )
 
     def _breaker_refusal(
@@ -432,60 +378,8 @@ class ToolClient:
                 out.append(p.early)
                 continue
             found = boxes[p.ctx.reply_to].results.get(p.ctx.call_id)
-            if found is not None and found.payload is not None:
-                found.attach_loader(self.load_payload)
             out.append(found if found is not None else self._no_reply(p))
         return out
-
-    # -- large results and arguments (executor.payloads) --------------------
-
-    def _payload_io(self) -> tuple[Offloader, PayloadReader]:
-        """The payload store, opened on first use (an S3 client takes a while to build)."""
-        with self._catalog_lock:
-            io: tuple[Offloader, PayloadReader] | None = getattr(self, "_payloads", None)
-            if io is None:
-                store = open_store(self.settings, self._url, self.clock)
-                io = (Offloader(store, self.clock), PayloadReader(store, self.clock))
-                self._payloads = io
-            return io
-
-    def fetch_payload(self, ref: PayloadRef) -> bytes:
-        """A stored payload's bytes, checked against its sha256.
-
-        Raises :class:`~executor.errors.PayloadExpiredError` or
-        :class:`~executor.errors.PayloadMissingError` when it is gone.
-        """
-        return self._payload_io()[1].fetch(ref)
-
-    def load_payload(self, ref: PayloadRef) -> Any:
-        """A stored payload as the value the tool returned (what ``result.load()`` calls)."""
-        return self._payload_io()[1].load(ref)
-
-    def read_payload(self, ref: PayloadRef | str, offset: int = 0, limit: int = 100) -> PayloadPage:
-        """``limit`` lines (text), items (arrays) or keys (objects) of a payload from ``offset``.
-
-        ``ref`` may be the reference or just its key, as a model quotes it from a
-        preview; ``page.next_offset`` says where to read on.
-        """
-        return self._payload_io()[1].read(ref, offset, limit)
-
-    def _store_large_arguments(
-        self, ctx: CallContext, arguments: dict[str, Any]
-    ) -> tuple[dict[str, Any], str | None]:
-        """Arguments with each one over the threshold stored, or why they cannot be sent."""
-        threshold = self.settings.payload_threshold_bytes
-        size = len(json.dumps(arguments))
-        if size <= threshold:
-            return arguments, None
-        ttl = max(self.settings.payload_ttl_s, ctx.deadline - self.clock.now() + REPLY_TTL_S)
-        inline = store_arguments(arguments, self._payload_io()[0], threshold, ttl)
-        size = len(json.dumps(inline))
-        if size > self.settings.max_argument_bytes:
-            return inline, (
-                f"the arguments are {size:,} bytes of JSON even with the large ones stored "
-                f"apart; the limit is {self.settings.max_argument_bytes:,}"
-            )
-        return inline, None
 
     def _no_reply(self, p: _Prepared) -> ToolResult:
         """No worker answered before the deadline: say why that may be."""

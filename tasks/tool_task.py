@@ -30,7 +30,6 @@ from executor.context import CallContext
 from executor.errors import ErrorType
 from executor.execution import Executor, Final, Retry, error_result
 from executor.keys import Keys
-from executor.payloads import worker_payloads
 from executor.redaction import secret_names, shown_kwargs
 from executor.registry import ToolSpec
 from executor.replies import deliver
@@ -93,13 +92,7 @@ def build_executor(settings: Settings, url: str) -> Executor:
     breakers = CircuitBreaker(
         fail_fast_client(url), keys, on_redis_error=settings.breaker_on_redis_error
     )
-    clock = SystemClock()
-    payloads = worker_payloads(settings, url, clock)
-    return Executor(
-        clock=clock,
-        layers=[BreakerLayer(breakers), payloads.layer],
-        resolve_arguments=payloads.resolve,
-    )
+    return Executor(clock=SystemClock(), layers=[BreakerLayer(breakers)])
 
 
 class ToolTask(Task):  # type: ignore[misc]
