@@ -25,6 +25,9 @@ class CallContext:
     previous_delay: float | None = None
     run_s: float = 0.0
     backoff_s: float = 0.0
+    #: A fallback chain in progress (``fallback.state.ChainState`` as JSON): the
+    #: primary's error, the steps tried, the original arguments.
+    fallback: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -75,6 +75,16 @@ class Keys:
         return f"{self.prefix}:run:{{{run_id}}}"
 
 
+    def last_good(self, tool: str, digest: str) -> str:
+        """String: JSON of the last successful result of one call (``fallback.cache``).
+
+        ``digest`` is :func:`executor.normalize.arguments_hash` of the tool and
+        its validated arguments. TTL: the tool's ``LastGood(ttl_s=...)`` (a day
+        by default), set by every success: an answer older than that is no
+        longer worth giving, even as a degraded one.
+        """
+        return f"{self.prefix}:lastgood:{tool}:{digest}"
+
 #: A reply nobody collects within this long after its deadline is garbage.
 REPLY_TTL_S = 300
 

@@ -12,15 +12,18 @@ from __future__ import annotations
 import inspect
 import re
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, TypeVar, get_type_hints, overload
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints, overload
 
 import pydantic
 
 from executor.breaker import BreakerPolicy
 from executor.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
 from executor.retry import Jitter, RetryPolicy
+
+if TYPE_CHECKING:
+    from fallback.steps import FallbackStep
 
 __all__ = ["Registry", "ToolPolicy", "ToolSpec", "default_registry", "tool"]
 
@@ -39,6 +42,7 @@ class ToolPolicy:
     side_effects: bool = False
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     breaker_key: str | None = None
+    fallbacks: tuple[FallbackStep, ...] = ()  # fallback.steps; checked by check_chain
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:
@@ -62,6 +66,7 @@ class ToolPolicy:
             "side_effects": self.side_effects,
             "breaker": self.breaker.to_json(),
             "breaker_key": self.breaker_key,
+            "fallbacks": [step.describe() for step in self.fallbacks],
         }
 
 
@@ -150,6 +155,19 @@ class Registry:
     def get(self, name: str) -> ToolSpec | None:
         return self._specs.get(name)
 
+    def set_fallbacks(self, name: str, steps: Sequence[FallbackStep]) -> ToolSpec:
+        """Give a registered tool its fallback chain, e.g. one naming tools declared later."""
+        spec = self._specs.get(name)
+        if spec is None:
+            raise ConfigurationError(
+                f"no tool named {name!r} is registered; declare it with @tool before "
+                "setting its fallbacks"
+            )
+        chain = _checked_fallbacks(name, steps, spec.policy.side_effects)
+        updated = replace(spec, policy=replace(spec.policy, fallbacks=chain))
+        self.register(updated)
+        return updated
+
     def names(self) -> list[str]:
         return sorted(self._specs)
 
@@ -162,6 +180,17 @@ class Registry:
 
 def _qualname(func: Callable[..., Any]) -> str:
     return f"{func.__module__}.{func.__qualname__}"
+
+
+def _checked_fallbacks(
+    name: str, steps: Sequence[FallbackStep] | None, side_effects: bool
+) -> tuple[FallbackStep, ...]:
+    if not steps:
+        return ()
+    # Imported here: the fallback package builds on this module.
+    from fallback.steps import check_chain
+
+    return check_chain(name, steps, side_effects=side_effects)
 
 
 #: The registry ``@tool`` uses unless given another.
@@ -188,6 +217,7 @@ def tool(
     side_effects: bool = ...,
     breaker: BreakerPolicy | None = ...,
     breaker_key: str | None = ...,
+    fallbacks: Sequence[FallbackStep] | None = ...,
     registry: Registry | None = ...,
 ) -> Callable[[F], F]: ...
 
@@ -209,6 +239,7 @@ def tool(
     side_effects: bool = False,
     breaker: BreakerPolicy | None = None,
     breaker_key: str | None = None,
+    fallbacks: Sequence[FallbackStep] | None = None,
     registry: Registry | None = None,
 ) -> F | Callable[[F], F]:
     """Register a typed function (sync or ``async def``) as a tool.
@@ -219,6 +250,8 @@ def tool(
     ``breaker`` is the tool's :class:`BreakerPolicy` (a default one when None);
     ``breaker_key`` names an argument holding a URL, to keep one breaker per
     downstream host (``http_request@api.example.com``) instead of one per tool.
+    ``fallbacks`` is the tool's chain (``fallback.Alternative``, ``LastGood``,
+    ``Explain``), tried in order when it fails in a way the model cannot fix.
     """
 
     def register(fn: F) -> F:
@@ -246,6 +279,7 @@ def tool(
             side_effects=side_effects,
             breaker=breaker or BreakerPolicy(probe_lease_s=max(60.0, timeout + 10.0)),
             breaker_key=breaker_key,
+            fallbacks=_checked_fallbacks(tool_name, fallbacks, side_effects),
         )
         spec = ToolSpec(
             name=tool_name,

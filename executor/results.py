@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from executor.errors import ErrorType
 
-__all__ = ["ErrorInfo", "Status", "Timings", "ToolResult"]
+__all__ = ["ErrorInfo", "FallbackInfo", "Status", "StepNote", "Timings", "ToolResult"]
 
 Status = Literal["ok", "error", "unknown"]
 
@@ -45,6 +45,44 @@ class Timings(BaseModel):
     backoff_ms: float = 0.0
 
 
+class StepNote(BaseModel):
+    """One fallback step that did not answer, and why (``fallback/``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str = Field(description="The step: an alternative tool's name, or cache.")
+    outcome: Literal["failed", "skipped", "miss"]
+    reason: str
+
+
+class FallbackInfo(BaseModel):
+    """Why a result is degraded: the primary tool's error and what was tried after it.
+
+    The model weighs a degraded answer by it: a day-old cached forecast after
+    a timeout reads differently from a fresh one.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    primary_error: ErrorInfo
+    primary_attempts: int = 0
+    tried: list[StepNote] = Field(default_factory=list)
+    age_s: float | None = Field(
+        default=None, description="Seconds since a cached result was stored (source cache)."
+    )
+
+    def for_model(self) -> dict[str, Any]:
+        error = self.primary_error.model_dump(
+            include={"type", "message", "retry_after"}, exclude_none=True
+        )
+        body: dict[str, Any] = {"primary_error": error}
+        if self.age_s is not None:
+            body["age_s"] = round(self.age_s, 1)
+        if self.tried:
+            body["tried"] = [note.model_dump() for note in self.tried]
+        return body
+
+
 class ToolResult(BaseModel):
     """The outcome of one tool call."""
 
@@ -61,6 +99,9 @@ class ToolResult(BaseModel):
     attempts: int = Field(default=0, description="Times the tool body ran; 0 if it never did.")
     elapsed_ms: float = Field(default=0.0, description="From submission to this result.")
     timings: Timings = Field(default_factory=Timings)
+    fallback: FallbackInfo | None = Field(
+        default=None, description="With degraded: the primary's error and the steps tried."
+    )
 
     @property
     def ok(self) -> bool:
@@ -80,6 +121,8 @@ class ToolResult(BaseModel):
         if self.degraded:
             body["degraded"] = True
             body["source"] = self.source
+            if self.fallback is not None:
+                body["fallback"] = self.fallback.for_model()
         body["attempts"] = self.attempts
         return body
 

@@ -1,0 +1,136 @@
+"""The last good result of each call, kept for when the tool cannot answer.
+
+:class:`LastGoodLayer` stores every success of a tool whose chain has a
+:class:`~fallback.steps.LastGood` step; the chain's cache step reads it back
+with its age. The key is the tool and its validated arguments, normalised
+(:func:`executor.normalize.arguments_hash`), so ``{"city": "Paris"}`` today
+answers ``{"city": "Paris"}`` tomorrow whatever order or float formatting the
+model used. A cached result that points at a stored payload (a large value,
+``executor.payloads``) is only served while that payload is still readable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.exceptions
+
+from executor.clock import Clock
+from executor.connection import fail_fast_client
+from executor.keys import Keys
+from executor.layers import Attempt, Outcome, Proceed
+from executor.normalize import arguments_hash
+from executor.registry import ToolSpec
+from executor.settings import Settings
+from fallback.steps import LastGood
+
+__all__ = ["CachedResult", "LastGoodCache", "LastGoodLayer", "cache_step", "worker_cache"]
+
+log = logging.getLogger(__name__)
+
+
+def cache_step(spec: ToolSpec) -> LastGood | None:
+    """The tool's cache step, if its chain has one."""
+    for step in spec.policy.fallbacks:
+        if isinstance(step, LastGood):
+            return step
+    return None
+
+
+@dataclass(frozen=True)
+class CachedResult:
+    """A stored success: its data (or preview and payload reference) and when it was stored."""
+
+    data: Any
+    payload: dict[str, Any] | None
+    stored_at: float
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.stored_at)
+
+
+class LastGoodCache:
+    """Last good results in Redis, one string per call, each with the step's TTL.
+
+    Time comes from the injected clock (the worker's wall clock in production),
+    so that age and expiry are exact in tests; Redis' own TTL only collects
+    the garbage.
+    """
+
+    def __init__(self, client: redis.Redis, keys: Keys, clock: Clock) -> None:
+        self.redis = client
+        self.keys = keys
+        self.clock = clock
+
+    def key(self, tool: str, arguments: Any) -> str:
+        return self.keys.last_good(tool, arguments_hash(tool, arguments))
+
+    def store(
+        self,
+        tool: str,
+        arguments: Any,
+        step: LastGood,
+        data: Any,
+        payload: dict[str, Any] | None = None,
+    ) -> bool:
+        """Keep ``data`` as the call's last good result; False when it is too large to keep."""
+        entry = {"data": data, "payload": payload, "stored_at": self.clock.now()}
+        encoded = json.dumps(entry, separators=(",", ":"), default=str)
+        if len(encoded) > step.max_bytes:
+            log.debug("not caching %s: %d bytes > max_bytes %d", tool, len(encoded), step.max_bytes)
+            return False
+        self.redis.set(self.key(tool, arguments), encoded, px=max(1, int(step.ttl_s * 1000)))
+        return True
+
+    def lookup(self, tool: str, arguments: Any, step: LastGood) -> CachedResult | None:
+        """The last good result if it is younger than ``step.ttl_s`` and still whole."""
+        raw = self.redis.get(self.key(tool, arguments))
+        if raw is None:
+            return None
+        entry = json.loads(raw)
+        found = CachedResult(entry["data"], entry.get("payload"), float(entry["stored_at"]))
+        now = self.clock.now()
+        if found.age(now) > step.ttl_s:
+            return None
+        expires = (found.payload or {}).get("expires_at")
+        if expires is not None and expires <= now:
+            return None  # its data is only a preview of a value no longer stored
+        return found
+
+
+def worker_cache(settings: Settings, url: str, clock: Clock) -> LastGoodCache:
+    """A worker's cache: a client that gives up fast, since storing must not slow a call."""
+    return LastGoodCache(fail_fast_client(url), Keys(settings.key_prefix), clock)
+
+
+class LastGoodLayer:
+    """Stores each success of a tool that has a cache step; never fails the call.
+
+    Sits inside the breaker (a refused call stored nothing anyway) and outside
+    the payload layer, so that a large value is kept as its reference.
+    """
+
+    def __init__(self, cache: LastGoodCache) -> None:
+        self.cache = cache
+
+    def __call__(self, attempt: Attempt, proceed: Proceed) -> Outcome:
+        outcome = proceed()
+        step = cache_step(attempt.spec)
+        if step is None or not outcome.ok or not outcome.ran:
+            return outcome
+        payload = getattr(outcome, "payload", None)
+        try:
+            self.cache.store(
+                attempt.tool,
+                attempt.arguments,
+                step,
+                outcome.data,
+                None if payload is None else payload.model_dump(mode="json"),
+            )
+        except redis.exceptions.RedisError as exc:
+            log.warning("could not cache the result of %s: %s", attempt.tool, exc)
+        return outcome

@@ -1,0 +1,535 @@
+"""Fallback chains without Celery: declaring them, caching last good results, each step's decision.
+
+The chain's decisions come back as actions (a message to send, a result to
+deliver), so every branch is checked here on a real Redis with a ManualClock;
+tests/integration/test_fallback.py runs the same chains through real workers.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pytest
+import redis
+
+from executor.breaker import CircuitBreaker
+from executor.clock import ManualClock
+from executor.connection import redis_client
+from executor.context import CallContext
+from executor.errors import ConfigurationError, ErrorType, UnavailableError
+from executor.execution import Executor, Final, Verdict, error_info, error_result
+from executor.keys import Keys
+from executor.registry import Registry, ToolSpec, tool
+from executor.results import ErrorInfo, StepNote, ToolResult
+from fallback import (
+    FALLBACK_TASK,
+    Alternative,
+    ChainRunner,
+    ChainState,
+    Deliver,
+    Explain,
+    LastGood,
+    LastGoodCache,
+    LastGoodLayer,
+    Send,
+    check_chain,
+    complete_chain,
+    falls_back,
+)
+
+INSTEAD = "Say the forecast is unavailable and suggest checking a weather site."
+CACHE = LastGood(ttl_s=600)
+
+
+def _lite_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    return {"place": arguments["city"]}
+
+
+@pytest.fixture
+def tools(registry: Registry) -> Registry:
+    """forecast -> forecast_lite (simpler arguments) -> cache -> explanation."""
+
+    @tool(
+        registry=registry,
+        queue="weather",
+        timeout=10,
+        fallbacks=[
+            Alternative("forecast_lite", arguments=_lite_arguments),
+            CACHE,
+            Explain(instead=INSTEAD),
+        ],
+    )
+    def forecast(city: str, days: int = 3) -> dict[str, Any]:
+        """A detailed forecast."""
+        return {"city": city, "days": days}
+
+    @tool(registry=registry, timeout=4)
+    def forecast_lite(place: str) -> dict[str, Any]:
+        """Today only."""
+        return {"place": place}
+
+    @tool(registry=registry)
+    def no_chain(city: str) -> str:
+        """A tool without fallbacks."""
+        return city
+
+    return registry
+
+
+@pytest.fixture
+def rdb(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis_client(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def keys() -> Keys:
+    return Keys(f"t-{uuid.uuid4().hex[:10]}")
+
+
+@pytest.fixture
+def cache(rdb: redis.Redis, keys: Keys, clock: ManualClock) -> LastGoodCache:
+    return LastGoodCache(rdb, keys, clock)
+
+
+@pytest.fixture
+def breakers(rdb: redis.Redis, keys: Keys, clock: ManualClock) -> CircuitBreaker:
+    return CircuitBreaker(rdb, keys, clock=clock)
+
+
+@pytest.fixture
+def runner(
+    tools: Registry, breakers: CircuitBreaker, cache: LastGoodCache, clock: ManualClock
+) -> ChainRunner:
+    published: dict[str, dict[str, Any]] = {}
+    return ChainRunner(tools, published.get, breakers, cache, clock, "tools")
+
+
+def _spec(registry: Registry, name: str) -> ToolSpec:
+    spec = registry.get(name)
+    assert spec is not None
+    return spec
+
+
+def _ctx(clock: ManualClock, tool: str = "forecast", deadline_in: float = 30.0) -> CallContext:
+    return CallContext(
+        call_id="call-1",
+        tool=tool,
+        deadline=clock.now() + deadline_in,
+        submitted_at=clock.now(),
+        reply_to="reply-1",
+        run_id="run-1",
+    )
+
+
+def _failed(ctx: CallContext, kind: ErrorType = ErrorType.UNAVAILABLE) -> ToolResult:
+    info = ErrorInfo(type=kind, message="HTTP 503 from the weather service", retryable=True)
+    return error_result(ctx, info, attempts=3, now=ctx.submitted_at + 2)
+
+
+def _started(runner: ChainRunner, tools: Registry, ctx: CallContext) -> CallContext:
+    """The context toolexec.fallback receives once forecast has failed for good."""
+    arguments = {"city": "Oslo"}
+    action = runner.after_final(_spec(tools, "forecast"), arguments, ctx, _failed(ctx))
+    assert isinstance(action, Send)
+    return CallContext.from_json(action.kwargs["context"])
+
+
+def _delivered(action: Any) -> ToolResult:
+    assert isinstance(action, Deliver), action
+    return action.result
+
+
+def _sent(action: Any) -> Send:
+    assert isinstance(action, Send), action
+    return action
+
+
+# -- declaring a chain ---------------------------------------------------------
+
+
+def test_an_explanation_anywhere_but_last_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="Explain ends a chain"):
+        check_chain("forecast", [Explain(), Alternative("forecast_lite")])
+
+
+def test_a_tool_cannot_fall_back_to_itself_or_use_two_caches() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        check_chain("forecast", [Alternative("forecast"), LastGood(), LastGood()])
+    assert "cannot fall back to itself" in str(caught.value)
+    assert "at most one LastGood" in str(caught.value)
+
+
+def test_a_tool_with_side_effects_cannot_answer_from_a_cache(registry: Registry) -> None:
+    with pytest.raises(ConfigurationError, match="side effects"):
+
+        @tool(registry=registry, side_effects=True, fallbacks=[LastGood()])
+        def send_mail(to: str) -> None:
+            """Writes."""
+
+
+def test_something_that_is_not_a_step_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="is not a fallback step"):
+        check_chain("forecast", ["forecast_lite"])
+
+
+def test_a_chain_without_an_explanation_gets_the_default_one() -> None:
+    chain = complete_chain([Alternative("forecast_lite")])
+    assert isinstance(chain[-1], Explain) and "Continue without this tool" in chain[-1].instead
+    declared = (LastGood(), Explain(instead=INSTEAD))
+    assert complete_chain(declared) == declared
+
+
+def test_the_catalog_describes_the_chain_so_a_client_can_start_it(tools: Registry) -> None:
+    entry = _spec(tools, "forecast").catalog_entry("tools")
+    assert entry["policy"]["fallbacks"] == [
+        {"kind": "tool", "tool": "forecast_lite", "maps_arguments": True, "needs_s": None},
+        {"kind": "cache", "ttl_s": 600},
+        {"kind": "explain", "instead": INSTEAD},
+    ]
+    assert _spec(tools, "no_chain").catalog_entry("tools")["policy"]["fallbacks"] == []
+
+
+def test_a_registry_call_sets_a_chain_and_tells_the_listeners(tools: Registry) -> None:
+    seen: list[ToolSpec] = []
+    tools.subscribe(seen.append)
+    seen.clear()
+    updated = tools.set_fallbacks("no_chain", [Alternative("forecast_lite")])
+    assert [s.name for s in seen] == ["no_chain"] and seen[0] is updated
+    assert _spec(tools, "no_chain").policy.fallbacks == (Alternative("forecast_lite"),)
+
+
+def test_setting_the_chain_of_an_unknown_tool_says_to_declare_it_first(registry: Registry) -> None:
+    with pytest.raises(ConfigurationError, match="declare it with @tool"):
+        registry.set_fallbacks("nope", [LastGood()])
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        ErrorType.INVALID_ARGUMENTS,
+        ErrorType.NOT_FOUND,
+        ErrorType.UNAUTHORIZED,
+        ErrorType.FORBIDDEN,
+        ErrorType.CLIENT_ERROR,
+        ErrorType.UNKNOWN_TOOL,
+    ],
+)
+def test_agent_fixable_errors_never_fall_back(kind: ErrorType) -> None:
+    assert not falls_back(ErrorInfo(type=kind, message="fix your call"))
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        ErrorType.UNAVAILABLE,
+        ErrorType.TIMEOUT,
+        ErrorType.RATE_LIMITED,
+        ErrorType.CIRCUIT_OPEN,
+        ErrorType.DEADLINE_EXCEEDED,
+        ErrorType.TOOL_ERROR,
+    ],
+)
+def test_failures_the_model_cannot_fix_fall_back(kind: ErrorType) -> None:
+    assert falls_back(ErrorInfo(type=kind, message="the tool cannot answer"))
+
+
+def test_chain_state_survives_the_trip_through_a_message(clock: ManualClock) -> None:
+    info = ErrorInfo(type=ErrorType.CIRCUIT_OPEN, message="open", retry_after=3.0)
+    state = ChainState.begin("forecast", "weather", info, 0, {"city": "Oslo"}).noted(
+        StepNote(source="forecast_lite", outcome="skipped", reason="deadline")
+    )
+    ctx = CallContext(
+        call_id="c", tool="forecast", deadline=1.0, submitted_at=0.0, reply_to="r",
+        fallback=state.at(2).sent().to_json(),
+    )  # fmt: skip
+    back = CallContext.from_json(json.loads(json.dumps(ctx.to_json())))
+    assert ChainState.from_json(back.fallback or {}) == state.at(2).sent()
+
+
+# -- the last good result ------------------------------------------------------
+
+
+def test_a_stored_result_comes_back_with_its_age(cache: LastGoodCache, clock: ManualClock) -> None:
+    cache.store("forecast", {"city": "Oslo", "days": 3}, CACHE, {"temp": 4})
+    clock.advance(42.5)
+    found = cache.lookup("forecast", {"city": "Oslo", "days": 3}, CACHE)
+    assert found is not None and found.data == {"temp": 4}
+    assert found.age(clock.now()) == 42.5
+
+
+def test_the_same_call_written_differently_finds_the_same_result(cache: LastGoodCache) -> None:
+    cache.store("forecast", {"days": 3.0, "city": "Oslo"}, CACHE, "cloudy")
+    found = cache.lookup("forecast", {"city": "Oslo", "days": 3}, CACHE)
+    assert found is not None and found.data == "cloudy"
+    assert cache.lookup("forecast", {"city": "Oslo", "days": 4}, CACHE) is None
+    assert cache.lookup("forecast_lite", {"city": "Oslo", "days": 3}, CACHE) is None
+
+
+def test_a_result_older_than_its_ttl_is_not_served(
+    cache: LastGoodCache, clock: ManualClock, rdb: redis.Redis
+) -> None:
+    cache.store("forecast", {"city": "Oslo"}, CACHE, "cloudy")
+    assert 599_000 < rdb.pttl(cache.key("forecast", {"city": "Oslo"})) <= 600_000
+    clock.advance(600)
+    assert cache.lookup("forecast", {"city": "Oslo"}, CACHE) is not None
+    clock.advance(0.001)
+    assert cache.lookup("forecast", {"city": "Oslo"}, CACHE) is None
+
+
+def test_a_result_too_large_to_keep_is_not_stored(cache: LastGoodCache) -> None:
+    small = LastGood(ttl_s=60, max_bytes=100)
+    assert not cache.store("forecast", {"city": "Oslo"}, small, "x" * 200)
+    assert cache.lookup("forecast", {"city": "Oslo"}, small) is None
+
+
+def test_a_cached_preview_whose_payload_expired_is_a_miss(
+    cache: LastGoodCache, clock: ManualClock
+) -> None:
+    payload = {"key": "k", "expires_at": clock.now() + 10}
+    cache.store("forecast", {"city": "Oslo"}, CACHE, "preview...", payload)
+    assert cache.lookup("forecast", {"city": "Oslo"}, CACHE) is not None
+    clock.advance(10)
+    assert cache.lookup("forecast", {"city": "Oslo"}, CACHE) is None
+
+
+def _attempt_with_cache(
+    tools: Registry, cache: LastGoodCache, clock: ManualClock, name: str, arguments: Any
+) -> Verdict:
+    executor = Executor(clock=clock, layers=[LastGoodLayer(cache)])
+    return executor.attempt(_spec(tools, name), arguments, _ctx(clock, name), 1)
+
+
+def test_the_layer_stores_each_success_under_the_validated_arguments(
+    tools: Registry, cache: LastGoodCache, clock: ManualClock
+) -> None:
+    verdict = _attempt_with_cache(tools, cache, clock, "forecast", {"city": "Oslo"})
+    assert isinstance(verdict, Final) and verdict.result.ok
+    found = cache.lookup("forecast", {"city": "Oslo", "days": 3}, CACHE)
+    assert found is not None and found.data == {"city": "Oslo", "days": 3}
+
+
+def test_the_layer_stores_nothing_for_a_failure_or_a_tool_without_a_cache_step(
+    registry: Registry, tools: Registry, cache: LastGoodCache, clock: ManualClock
+) -> None:
+    @tool(registry=registry, max_attempts=1, fallbacks=[CACHE])
+    def broken(city: str) -> None:
+        """Always fails."""
+        raise UnavailableError("down")
+
+    _attempt_with_cache(tools, cache, clock, "broken", {"city": "Oslo"})
+    _attempt_with_cache(tools, cache, clock, "no_chain", {"city": "Oslo"})
+    assert cache.lookup("broken", {"city": "Oslo"}, CACHE) is None
+    assert cache.lookup("no_chain", {"city": "Oslo"}, CACHE) is None
+
+
+# -- starting a chain ----------------------------------------------------------
+
+
+def test_a_final_transient_failure_starts_the_chain_on_the_primary_queue(
+    runner: ChainRunner, tools: Registry, clock: ManualClock
+) -> None:
+    ctx = _ctx(clock)
+    action = _sent(
+        runner.after_final(_spec(tools, "forecast"), {"city": "Oslo"}, ctx, _failed(ctx))
+    )
+    assert (action.task, action.queue, action.task_id) == (FALLBACK_TASK, "weather", "call-1-fb1")
+    started = CallContext.from_json(action.kwargs["context"])
+    assert (started.call_id, started.reply_to, started.deadline) == (
+        "call-1",
+        "reply-1",
+        ctx.deadline,
+    )
+    state = ChainState.from_json(started.fallback or {})
+    assert state.error.type == "unavailable" and state.primary_attempts == 3
+    assert state.arguments == {"city": "Oslo"} and action.kwargs["arguments"] == {"city": "Oslo"}
+
+
+def test_success_an_agent_fixable_error_or_no_chain_is_delivered_as_it_is(
+    runner: ChainRunner, tools: Registry, clock: ManualClock
+) -> None:
+    ctx = _ctx(clock)
+    forecast = _spec(tools, "forecast")
+    ok = ToolResult(status="ok", tool="forecast", call_id="call-1", data=1, attempts=1)
+    assert runner.after_final(forecast, {"city": "Oslo"}, ctx, ok) is None
+    invalid = _failed(ctx, ErrorType.INVALID_ARGUMENTS)
+    assert runner.after_final(forecast, {"city": "Oslo"}, ctx, invalid) is None
+    plain = _spec(tools, "no_chain")
+    assert (
+        runner.after_final(plain, {"city": "Oslo"}, _ctx(clock, "no_chain"), _failed(ctx)) is None
+    )
+
+
+# -- the steps -----------------------------------------------------------------
+
+
+def test_the_first_step_sends_the_alternative_its_mapped_arguments(
+    runner: ChainRunner, tools: Registry, clock: ManualClock
+) -> None:
+    action = _sent(runner.advance(_started(runner, tools, _ctx(clock))))
+    assert (action.task, action.queue) == ("tools.forecast_lite", "tools")
+    assert action.kwargs["arguments"] == {"place": "Oslo"}
+    step_ctx = CallContext.from_json(action.kwargs["context"])
+    assert step_ctx.call_id == "call-1" and step_ctx.tool == "forecast"
+    assert ChainState.from_json(step_ctx.fallback or {}).next == 1
+    assert action.task_id == "call-1-fb2"
+
+
+def test_an_alternative_success_is_the_degraded_answer_with_the_primary_error(
+    runner: ChainRunner, tools: Registry, clock: ManualClock
+) -> None:
+    sent = _sent(runner.advance(_started(runner, tools, _ctx(clock))))
+    step_ctx = CallContext.from_json(sent.kwargs["context"])
+    lite = ToolResult(status="ok", tool="forecast", call_id="call-1", data={"t": 3}, attempts=1)
+    answer = _delivered(runner.after_final(_spec(tools, "forecast_lite"), {}, step_ctx, lite))
+    assert answer.ok and answer.degraded and answer.source == "forecast_lite"
+    assert answer.data == {"t": 3} and answer.attempts == 4  # 3 of forecast, 1 of forecast_lite
+    body = answer.for_model()
+    assert body["fallback"]["primary_error"] == {
+        "type": "unavailable",
+        "message": "HTTP 503 from the weather service",
+    }
+    assert body["degraded"] is True and body["source"] == "forecast_lite"
+
+
+def test_a_failed_alternative_hands_on_to_the_cache_with_a_note(
+    runner: ChainRunner, tools: Registry, cache: LastGoodCache, clock: ManualClock
+) -> None:
+    cache.store("forecast", {"city": "Oslo", "days": 3}, CACHE, {"temp": 4})
+    sent = _sent(runner.advance(_started(runner, tools, _ctx(clock))))
+    step_ctx = CallContext.from_json(sent.kwargs["context"])
+    lite_failed = _failed(step_ctx, ErrorType.TIMEOUT)
+    handed = _sent(runner.after_final(_spec(tools, "forecast_lite"), {}, step_ctx, lite_failed))
+    assert (handed.task, handed.queue) == (FALLBACK_TASK, "weather")
+    clock.advance(5)
+    answer = _delivered(runner.advance(CallContext.from_json(handed.kwargs["context"])))
+    assert answer.ok and answer.source == "cache" and answer.data == {"temp": 4}
+    assert answer.fallback is not None and answer.fallback.age_s == 5
+    assert [(n.source, n.outcome) for n in answer.fallback.tried] == [("forecast_lite", "failed")]
+    assert answer.for_model()["fallback"]["age_s"] == 5
+
+
+def test_an_alternative_that_would_overrun_the_deadline_is_skipped(
+    runner: ChainRunner, tools: Registry, cache: LastGoodCache, clock: ManualClock
+) -> None:
+    cache.store("forecast", {"city": "Oslo", "days": 3}, CACHE, {"temp": 4})
+    ctx = _started(runner, tools, _ctx(clock, deadline_in=3.5))  # forecast_lite's timeout is 4
+    answer = _delivered(runner.advance(ctx))
+    assert answer.source == "cache"
+    assert answer.fallback is not None
+    note = answer.fallback.tried[0]
+    assert (note.source, note.outcome) == ("forecast_lite", "skipped")
+    assert note.reason.startswith("deadline: needs 4.0 s, 3.5 s left")
+
+
+def test_an_alternative_whose_own_breaker_is_open_is_skipped(
+    runner: ChainRunner, tools: Registry, breakers: CircuitBreaker, clock: ManualClock
+) -> None:
+    breakers.trip("forecast_lite", 60)
+    answer = _delivered(runner.advance(_started(runner, tools, _ctx(clock))))
+    assert answer.source == "explanation"
+    assert answer.fallback is not None
+    first, second = answer.fallback.tried
+    assert (first.source, first.outcome) == ("forecast_lite", "skipped")
+    assert first.reason.startswith("circuit_open")
+    assert (second.source, second.outcome) == ("cache", "miss")
+
+
+def test_the_explanation_says_what_to_do_instead_and_keeps_the_primary_error(
+    runner: ChainRunner, tools: Registry, breakers: CircuitBreaker, clock: ManualClock
+) -> None:
+    breakers.trip("forecast_lite", 60)
+    answer = _delivered(runner.advance(_started(runner, tools, _ctx(clock))))
+    assert answer.status == "error" and answer.degraded and answer.source == "explanation"
+    assert answer.error is not None and answer.error.type == "unavailable"
+    assert answer.error.suggestion == INSTEAD
+    assert "'forecast' is unavailable" in answer.error.message
+    assert answer.tool == "forecast" and answer.call_id == "call-1" and answer.attempts == 3
+    block = answer.to_anthropic_block("tu-1")
+    assert block["is_error"] is True and INSTEAD in block["content"]
+
+
+def test_after_the_deadline_the_cache_is_skipped_and_the_explanation_still_answers(
+    runner: ChainRunner, tools: Registry, cache: LastGoodCache, clock: ManualClock
+) -> None:
+    cache.store("forecast", {"city": "Oslo", "days": 3}, CACHE, {"temp": 4})
+    ctx = _started(runner, tools, _ctx(clock, deadline_in=5))
+    clock.advance(5)
+    answer = _delivered(runner.advance(ctx))
+    assert answer.source == "explanation"
+    assert answer.fallback is not None
+    assert [(n.source, n.outcome) for n in answer.fallback.tried] == [
+        ("forecast_lite", "skipped"),
+        ("cache", "skipped"),
+    ]
+
+
+def test_a_mapping_that_raises_skips_its_alternative(
+    registry: Registry, breakers: CircuitBreaker, cache: LastGoodCache, clock: ManualClock
+) -> None:
+    def broken_mapping(arguments: Mapping[str, Any]) -> dict[str, Any]:
+        return {"place": arguments["no such field"]}
+
+    @tool(registry=registry, fallbacks=[Alternative("lite", arguments=broken_mapping)])
+    def heavy(city: str) -> str:
+        """Primary."""
+        return city
+
+    @tool(registry=registry)
+    def lite(place: str) -> str:
+        """Alternative."""
+        return place
+
+    runner = ChainRunner(registry, {}.get, breakers, cache, clock, "tools")
+    ctx = _ctx(clock, "heavy")
+    start = _sent(runner.after_final(_spec(registry, "heavy"), {"city": "x"}, ctx, _failed(ctx)))
+    answer = _delivered(runner.advance(CallContext.from_json(start.kwargs["context"])))
+    assert answer.source == "explanation" and answer.fallback is not None
+    assert answer.fallback.tried[0].reason.startswith("argument mapping failed: KeyError")
+
+
+def test_an_alternative_this_worker_lacks_is_found_in_the_catalog(
+    registry: Registry, breakers: CircuitBreaker, cache: LastGoodCache, clock: ManualClock
+) -> None:
+    @tool(registry=registry, fallbacks=[Alternative("remote_lite"), Alternative("gone")])
+    def primary(city: str) -> str:
+        """Primary."""
+        return city
+
+    published = {"remote_lite": {"policy": {"timeout": 2.0, "queue": "elsewhere"}}}
+    runner = ChainRunner(registry, published.get, breakers, cache, clock, "tools")
+    ctx = _ctx(clock, "primary")
+    start = _sent(runner.after_final(_spec(registry, "primary"), {"city": "x"}, ctx, _failed(ctx)))
+    action = _sent(runner.advance(CallContext.from_json(start.kwargs["context"])))
+    assert (action.task, action.queue) == ("tools.remote_lite", "elsewhere")
+    assert action.kwargs["arguments"] == {"city": "x"}  # no mapping: the caller's own
+    handed = _sent(
+        runner.after_final(
+            _spec(registry, "primary"),  # any spec: the chain state decides
+            {},
+            CallContext.from_json(action.kwargs["context"]),
+            _failed(ctx, ErrorType.TIMEOUT),
+        )
+    )
+    answer = _delivered(runner.advance(CallContext.from_json(handed.kwargs["context"])))
+    assert answer.fallback is not None
+    assert answer.fallback.tried[1].reason == "no worker has published this tool"
+
+
+def test_a_chain_that_reaches_a_worker_without_the_primary_still_explains(
+    registry: Registry, breakers: CircuitBreaker, cache: LastGoodCache, clock: ManualClock
+) -> None:
+    runner = ChainRunner(registry, {}.get, breakers, cache, clock, "tools")
+    info = error_info(UnavailableError("down"))
+    state = ChainState.begin("elsewhere_only", None, info, 0, {})
+    ctx = CallContext(
+        call_id="c", tool="elsewhere_only", deadline=clock.now() + 9, submitted_at=clock.now(),
+        reply_to="r", fallback=state.to_json(),
+    )  # fmt: skip
+    answer = _delivered(runner.advance(ctx))
+    assert answer.source == "explanation" and answer.error is not None
+    assert "Continue without this tool" in (answer.error.suggestion or "")
