@@ -13,6 +13,7 @@ import click
 from executor.breaker_cli import breakers
 from executor.errors import ToolexecError
 from executor.ops_cli import flower, serve_embedded
+from executor.status import status
 
 __all__ = ["main"]
 
@@ -44,6 +45,12 @@ def cli() -> None:
 @click.option("--autoscale", default=None, help="MAX,MIN processes (prefork only).")
 @click.option("--hostname", "-n", default=None, help="Worker name (default: unique per process).")
 @click.option("--loglevel", "-l", default="INFO")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (default: TOOLEXEC_METRICS_PORT, else off).",
+)
 def worker(
     tools: str,
     queues: str,
@@ -52,6 +59,7 @@ def worker(
     autoscale: str | None,
     hostname: str | None,
     loglevel: str,
+    metrics_port: int | None,
 ) -> None:
     """Run a worker that executes tool calls."""
     if tools:
@@ -60,6 +68,10 @@ def worker(
     from executor.registry import default_registry
 
     settings = settings_of(app)
+    from executor import telemetry
+
+    metrics_port = metrics_port or settings.metrics_port
+    telemetry.prepare(pool or settings.worker_pool, metrics_port)
     import tasks  # noqa: F401  (binds every registered tool to a Celery task)
 
     _import_tools(settings.tools)
@@ -85,7 +97,7 @@ def worker(
         argv += ["-c", str(concurrency or settings.worker_concurrency)]
     if settings.task_events:
         argv.append("-E")
-    app.worker_main(argv)
+    app.worker_main([*telemetry.start(settings, metrics_port), *argv])
 
 
 @cli.command()
@@ -158,6 +170,7 @@ def embedded_stop() -> None:
 
 
 cli.add_command(breakers)
+cli.add_command(status)
 cli.add_command(flower)
 embedded.add_command(serve_embedded)
 

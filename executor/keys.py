@@ -64,6 +64,26 @@ class Keys:
         """
         return f"{self.prefix}:breakers"
 
+    def stats(self, minute: int) -> str:
+        """Hash: ``<tool>|<counter>`` -> count, for calls that ended in one minute.
+
+        ``minute`` is epoch seconds // 60. Counters: ``calls``, ``ok``,
+        ``failed|<error type>``, ``attempts``, ``retries``, ``retried|<error
+        type>``. TTL: :data:`STATS_TTL_S`, set by every write: ``toolexec
+        status`` looks back at most an hour.
+        """
+        return f"{self.prefix}:stats:{minute}"
+
+    def in_flight(self) -> str:
+        """Sorted set: ``<tool>|<call id>|<attempt>`` -> when its lease ends (epoch s).
+
+        A worker adds an attempt when it starts and removes it when it ends; a
+        member whose lease passed belongs to a worker that died and is not
+        counted. TTL: the longest lease (max timeout + a minute), refreshed by
+        every start, so the set vanishes once no worker runs anything.
+        """
+        return f"{self.prefix}:inflight"
+
     def run(self, run_id: str) -> str:
         """String: one agent run's guard state as JSON (counts, history, ladder, verdicts).
 
@@ -95,3 +115,7 @@ BREAKER_IDLE_TTL_S = 86_400
 #: A run nobody advanced for a day is over: its guard state goes. An aborted run
 #: stays refused that long, so a client that restarts cannot resume it by accident.
 RUN_IDLE_TTL_S = 86_400
+
+#: ``toolexec status --minutes`` looks back at most an hour; a minute's counters
+#: live a little longer so that the oldest minute shown is complete.
+STATS_TTL_S = 3_720

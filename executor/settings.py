@@ -75,6 +75,28 @@ class Settings(BaseSettings):
     task_events: bool = Field(
         default=True, description="Send task events so Flower and `celery events` see calls."
     )
+    stats: bool = Field(
+        default=True,
+        description="Workers count calls per tool and minute in Redis, for `toolexec status`.",
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        gt=0,
+        lt=65536,
+        description="Serve Prometheus metrics on this port from each worker (`--metrics-port`).",
+    )
+    metrics_address: str = Field(
+        default="127.0.0.1",
+        description="Address the metrics server listens on; 0.0.0.0 for a remote Prometheus.",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="Worker log lines as text, or one JSON object per line."
+    )
+    http_allow: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Hosts and networks `http_request` may reach although they are loopback, "
+        "private, link-local or cloud metadata: comma-separated hosts, IPs and CIDRs.",
+    )
     flower_user: str | None = Field(
         default=None, description="Basic-auth user of `toolexec flower`."
     )
@@ -86,7 +108,7 @@ class Settings(BaseSettings):
     )
     flower_port: int = Field(default=5555, gt=0, lt=65536, description="Port of `toolexec flower`.")
 
-    @field_validator("tools", mode="before")
+    @field_validator("tools", "http_allow", mode="before")
     @classmethod
     def _split_modules(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -30,11 +30,15 @@ from executor.context import CallContext
 from executor.errors import ErrorType
 from executor.execution import Executor, Final, Retry, error_result
 from executor.keys import Keys
+from executor.logs import call_fields
+from executor.metrics import metrics
+from executor.observe import CallObservers
 from executor.redaction import secret_names, shown_kwargs
 from executor.registry import ToolSpec
 from executor.replies import deliver
 from executor.results import ErrorInfo, ToolResult
 from executor.settings import Settings
+from executor.stats import CallStats
 
 __all__ = ["RetryLater", "ToolFailed", "ToolTask", "register_tool_task"]
 
@@ -64,6 +68,7 @@ class _WorkerState:
     redis: redis.Redis
     keys: Keys
     executor: Executor
+    observers: CallObservers
 
 
 _state: _WorkerState | None = None
@@ -82,8 +87,23 @@ def worker_state(celery_app: Celery) -> _WorkerState:
                 redis=redis_client(url),
                 keys=Keys(settings.key_prefix),
                 executor=build_executor(settings, url),
+                observers=build_observers(settings, url),
             )
         return _state
+
+
+def build_observers(settings: Settings, url: str) -> CallObservers:
+    """Counters for ``toolexec status`` (unless turned off) and Prometheus metrics."""
+    stats = (
+        CallStats(
+            fail_fast_client(url),
+            Keys(settings.key_prefix),
+            lease_ttl_s=settings.visibility_timeout,
+        )
+        if settings.stats
+        else None
+    )
+    return CallObservers(stats, metrics())
 
 
 def build_executor(settings: Settings, url: str) -> Executor:
@@ -92,6 +112,7 @@ def build_executor(settings: Settings, url: str) -> Executor:
     breakers = CircuitBreaker(
         fail_fast_client(url), keys, on_redis_error=settings.breaker_on_redis_error
     )
+    breakers.add_listener(metrics().on_transition)
     return Executor(clock=SystemClock(), layers=[BreakerLayer(breakers)])
 
 
@@ -158,6 +179,7 @@ class ToolTask(Task):  # type: ignore[misc]
         state = worker_state(self.app)
         ttl = max(0.0, ctx.deadline - state.executor.clock.now())
         deliver(state.redis, state.keys, ctx.reply_to, result, ttl)
+        state.observers.finished(ctx, self.request.retries + 1, result)
         log.info(
             "call %s tool=%s run=%s status=%s error=%s attempts=%d elapsed_ms=%.1f",
             result.call_id,
@@ -167,6 +189,7 @@ class ToolTask(Task):  # type: ignore[misc]
             result.error.type if result.error else None,
             result.attempts,
             result.elapsed_ms,
+            extra=call_fields(result),
         )
 
     def _finish_with_error(self, ctx: CallContext, kind: ErrorType, message: str) -> None:
@@ -182,6 +205,8 @@ class ToolTask(Task):  # type: ignore[misc]
 
 def _run_tool(self: ToolTask, arguments: Any, context: dict[str, Any]) -> dict[str, Any]:
     ctx = CallContext.from_json(context)
+    observers = worker_state(self.app).observers
+    observers.started(self.spec, ctx, self.request.retries + 1)
     try:
         verdict = worker_state(self.app).executor.attempt(
             self.spec, arguments, ctx, self.request.retries + 1
@@ -191,6 +216,7 @@ def _run_tool(self: ToolTask, arguments: Any, context: dict[str, Any]) -> dict[s
         self._finish_with_error(ctx, ErrorType.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
         raise
     if isinstance(verdict, Retry):
+        observers.retrying(self.spec, ctx, self.request.retries + 1, verdict.error.error_type)
         raise RetryLater(verdict)
     assert isinstance(verdict, Final)
     result = verdict.result

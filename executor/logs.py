@@ -1,0 +1,82 @@
+"""Worker logs as text or as one JSON object per line (``TOOLEXEC_LOG_FORMAT=json``).
+
+Log shippers (Loki, Elasticsearch, CloudWatch) index JSON fields without
+parsing rules, so each call's outcome line carries its call id, run id, tool,
+status, error type, attempts and elapsed time as fields: an operator can
+follow one agent run across workers with one query. ``toolexec worker``
+installs the formatter on the handlers Celery sets up, so Celery's own lines
+(received, succeeded, retry) become JSON too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from celery import signals
+
+from executor.results import ToolResult
+
+__all__ = ["JsonFormatter", "call_fields", "install"]
+
+#: The attribute of a log record that carries structured fields (``extra={FIELDS: {...}}``).
+FIELDS = "toolexec"
+
+
+def call_fields(result: ToolResult) -> dict[str, Any]:
+    """``extra=`` for the line that reports a call's outcome."""
+    return {
+        FIELDS: {
+            "event": "call_finished",
+            "call_id": result.call_id,
+            "run_id": result.run_id,
+            "tool": result.tool,
+            "status": result.status,
+            "error_type": None if result.error is None else str(result.error.type),
+            "attempts": result.attempts,
+            "elapsed_ms": result.elapsed_ms,
+        }
+    }
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, message, process, structured fields.
+
+    Celery's task loggers add ``task_id`` and ``task_name`` to their records;
+    they are kept when present.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "process": record.processName,
+            "pid": record.process,
+        }
+        for name in ("task_id", "task_name"):
+            value = getattr(record, name, None)
+            if value not in (None, "???"):
+                line[name] = value
+        fields = getattr(record, FIELDS, None)
+        if isinstance(fields, dict):
+            line.update(fields)
+        if record.exc_info:
+            line["exc_info"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+def _use_json(logger: logging.Logger | None = None, **_: Any) -> None:
+    for handler in (logger or logging.getLogger()).handlers:
+        handler.setFormatter(JsonFormatter())
+
+
+def install(log_format: str) -> None:
+    """Make the worker's log handlers write ``log_format`` (``text`` leaves Celery's own)."""
+    if log_format == "json":
+        signals.after_setup_logger.connect(_use_json, weak=False)
+        signals.after_setup_task_logger.connect(_use_json, weak=False)
+        logging.captureWarnings(True)  # Celery's warnings too, as JSON lines

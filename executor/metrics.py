@@ -1,0 +1,239 @@
+"""Prometheus metrics of the calls a worker runs: ``toolexec worker --metrics-port N``.
+
+Flower's own ``/metrics`` counts Celery events; these count what only the
+executor knows: outcomes by error type, attempts and retries, the latency a
+caller waits, fallbacks taken and payloads offloaded, and breaker states.
+
+* Call counters and histograms live in the worker process that runs the call
+  (:class:`Metrics`, fed by the task's observer hooks). With the threads pool
+  (the default) that is the process serving ``/metrics``. With prefork every
+  child writes to prometheus_client's multiprocess files and the parent serves
+  their sum: ``toolexec worker`` sets ``PROMETHEUS_MULTIPROC_DIR`` to a fresh
+  directory before anything imports prometheus_client.
+* Breaker states are read from Redis when Prometheus scrapes (one round trip),
+  so every worker reports the fleet-wide state of every breaker, however it
+  changed; transitions this process caused are counted from the breaker's
+  listeners.
+* Other modules report what only they see with :func:`record_fallback` and
+  :func:`record_offload`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from executor.breaker import BreakerState, CircuitBreaker, Transition
+
+__all__ = [
+    "BreakerCollector",
+    "Metrics",
+    "metrics",
+    "multiprocess_dir",
+    "record_fallback",
+    "record_offload",
+    "serve",
+]
+
+log = logging.getLogger("toolexec.metrics")
+
+#: Tool calls take milliseconds (a cache) to minutes (a crawl).
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+#: Attempts whose start was seen but whose end never came (a bug elsewhere) are
+#: forgotten beyond this many, so the start times cannot grow without bound.
+_MAX_TRACKED = 10_000
+
+
+def multiprocess_dir() -> str | None:
+    """The directory of prometheus_client's multiprocess mode, when it is on."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+class Metrics:
+    """One process's metric objects, and the observer hooks that feed them."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.calls = Counter(
+            "toolexec_calls",
+            "Calls that ended, by outcome: ok or the error type.",
+            ["tool", "outcome"],
+            registry=r,
+        )
+        self.attempts = Counter(
+            "toolexec_attempts",
+            "Attempts that ended in a retry or a result (not deferred, not answered elsewhere).",
+            ["tool"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "toolexec_retries",
+            "Attempts that ended in a retry, by the error that caused it.",
+            ["tool", "error_type"],
+            registry=r,
+        )
+        self.call_seconds = Histogram(
+            "toolexec_call_duration_seconds",
+            "From submission to the final result (queueing, attempts, backoff): the caller's wait.",
+            ["tool"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.attempt_seconds = Histogram(
+            "toolexec_attempt_duration_seconds",
+            "One attempt in the worker, layers included.",
+            ["tool"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "toolexec_calls_in_flight",
+            "Attempts running now.",
+            ["tool"],
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.transitions = Counter(
+            "toolexec_breaker_transitions",
+            "Breaker state changes this process caused, by the state entered.",
+            ["breaker", "state"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "toolexec_fallbacks",
+            "Calls answered by a fallback after the tool failed, by the fallback's source.",
+            ["tool", "source"],
+            registry=r,
+        )
+        self.offloads = Counter(
+            "toolexec_offloaded_payloads",
+            "Results or arguments too large to travel inline, stored and passed by reference.",
+            ["tool", "kind"],
+            registry=r,
+        )
+        self.offloaded_bytes = Counter(
+            "toolexec_offloaded_bytes",
+            "Bytes of the payloads stored instead of travelling inline.",
+            ["tool", "kind"],
+            registry=r,
+        )
+        self._starts: dict[tuple[str, int], float] = {}
+        self._lock = threading.Lock()
+
+    # -- observer hooks (see executor.observe) ------------------------------
+
+    def started(self, tool: str, call_id: str, attempt: int, lease_until: float) -> None:
+        self.in_flight.labels(tool).inc()
+        with self._lock:
+            if len(self._starts) >= _MAX_TRACKED:
+                self._starts.clear()
+            self._starts[call_id, attempt] = time.monotonic()
+
+    def retrying(self, tool: str, call_id: str, attempt: int, error_type: str) -> None:
+        self._ended(tool, call_id, attempt, counted=True)
+        self.retries.labels(tool, error_type).inc()
+
+    def finished(
+        self, tool: str, call_id: str, attempt: int, error_type: str | None, elapsed_s: float
+    ) -> None:
+        self._ended(tool, call_id, attempt, counted=True)
+        self.calls.labels(tool, error_type or "ok").inc()
+        self.call_seconds.labels(tool).observe(elapsed_s)
+
+    def withdrawn(self, tool: str, call_id: str, attempt: int) -> None:
+        self._ended(tool, call_id, attempt, counted=False)
+
+    def _ended(self, tool: str, call_id: str, attempt: int, *, counted: bool) -> None:
+        with self._lock:
+            start = self._starts.pop((call_id, attempt), None)
+        if start is not None:  # a start this process saw: the gauge went up here
+            self.in_flight.labels(tool).dec()
+        if counted:
+            self.attempts.labels(tool).inc()
+            if start is not None:
+                self.attempt_seconds.labels(tool).observe(time.monotonic() - start)
+
+    def on_transition(self, transition: Transition) -> None:
+        """A breaker listener (:meth:`CircuitBreaker.add_listener`)."""
+        self.transitions.labels(transition.name, str(transition.to_state)).inc()
+
+
+_metrics: Metrics | None = None
+_metrics_lock = threading.Lock()
+
+
+def metrics() -> Metrics:
+    """This process's metrics, created on first use."""
+    global _metrics
+    with _metrics_lock:
+        if _metrics is None:
+            _metrics = Metrics()
+        return _metrics
+
+
+def record_fallback(tool: str, source: str) -> None:
+    """A call of ``tool`` was answered by a fallback (``source``: its tool or cache)."""
+    metrics().fallbacks.labels(tool, source).inc()
+
+
+def record_offload(tool: str, size_bytes: int, kind: str = "result") -> None:
+    """A ``kind`` (result or arguments) of ``tool`` was stored instead of travelling inline."""
+    metrics().offloads.labels(tool, kind).inc()
+    metrics().offloaded_bytes.labels(tool, kind).inc(size_bytes)
+
+
+class BreakerCollector:
+    """``toolexec_breaker_state{breaker,state}``: 1 for each breaker's state now, read on scrape.
+
+    A scrape while Redis is away reports no breaker series rather than failing
+    the whole page: the call metrics still matter then.
+    """
+
+    def __init__(self, breakers: CircuitBreaker) -> None:
+        self.breakers = breakers
+
+    def describe(self) -> list[Metric]:
+        return []  # states are read on scrape; nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "toolexec_breaker_state",
+            "1 for the state each circuit breaker is in now (fleet-wide, read from Redis).",
+            labels=["breaker", "state"],
+        )
+        try:
+            views = self.breakers.snapshot_all()
+        except Exception as exc:  # never fail a scrape over one source
+            log.warning("breaker states left out of /metrics: %s", exc)
+            views = []
+        for view in views:
+            for state in BreakerState:
+                family.add_metric([view.name, str(state)], 1.0 if view.state is state else 0.0)
+        yield family
+
+
+def serve(port: int, addr: str, breakers: CircuitBreaker | None = None) -> Any:
+    """Serve ``/metrics`` on ``addr:port`` from a daemon thread; returns the server.
+
+    In multiprocess mode the page is the sum of every process's files;
+    otherwise it is this process's :func:`metrics`.
+    """
+    folder = multiprocess_dir()
+    if folder:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
+    else:
+        registry = metrics().registry
+    if breakers is not None:
+        registry.register(BreakerCollector(breakers))
+    server, _ = start_http_server(port, addr=addr, registry=registry)
+    return server

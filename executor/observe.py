@@ -1,0 +1,82 @@
+"""What a worker reports about each attempt: Redis counters and Prometheus metrics.
+
+The task calls four hooks (an attempt started; it ended in a retry; the call
+ended; the attempt stopped without an outcome of its own, deferred by a rate
+limit or answered by another worker) and this fans them out to
+:class:`~executor.stats.CallStats` (fleet-wide counters for ``toolexec
+status``) and :class:`~executor.metrics.Metrics` (this process's
+``/metrics``). Observing must never fail a call: a report that raises (Redis
+away) is dropped, with a warning at most once a minute.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from executor.clock import Clock, SystemClock
+from executor.context import CallContext
+from executor.metrics import Metrics
+from executor.registry import ToolSpec
+from executor.results import ToolResult
+from executor.stats import CallStats
+
+__all__ = ["LEASE_GRACE_S", "CallObservers"]
+
+log = logging.getLogger("toolexec.worker")
+
+#: An attempt counts as running until its time limit plus this, in case the
+#: worker running it died: the same grace prefork's hard limit gives.
+LEASE_GRACE_S = 30.0
+
+_WARN_INTERVAL_S = 60.0
+
+
+class CallObservers:
+    """Fans the task's hooks out; ``stats`` None turns the Redis counters off."""
+
+    def __init__(
+        self, stats: CallStats | None, metrics: Metrics, clock: Clock | None = None
+    ) -> None:
+        self.stats = stats
+        self.metrics = metrics
+        self.clock = clock or SystemClock()
+        self._warned_at = float("-inf")
+
+    def started(self, spec: ToolSpec, ctx: CallContext, attempt: int) -> None:
+        now = self.clock.now()
+        lease_until = now + max(0.0, min(spec.policy.timeout, ctx.deadline - now)) + LEASE_GRACE_S
+        self.metrics.started(spec.name, ctx.call_id, attempt, lease_until)
+        if self.stats is not None:
+            self._quietly(self.stats.started, spec.name, ctx.call_id, attempt, lease_until)
+
+    def retrying(self, spec: ToolSpec, ctx: CallContext, attempt: int, error_type: str) -> None:
+        self.metrics.retrying(spec.name, ctx.call_id, attempt, error_type)
+        if self.stats is not None:
+            self._quietly(self.stats.retrying, spec.name, ctx.call_id, attempt, error_type)
+
+    def finished(self, ctx: CallContext, attempt: int, result: ToolResult) -> None:
+        error_type = None if result.error is None else str(result.error.type)
+        self.metrics.finished(
+            ctx.tool, ctx.call_id, attempt, error_type, result.elapsed_ms / 1000.0
+        )
+        if self.stats is not None:
+            self._quietly(self.stats.finished, ctx.tool, ctx.call_id, attempt, error_type)
+
+    def withdrawn(self, spec: ToolSpec, ctx: CallContext, attempt: int) -> None:
+        self.metrics.withdrawn(spec.name, ctx.call_id, attempt)
+        if self.stats is not None:
+            self._quietly(self.stats.withdrawn, spec.name, ctx.call_id, attempt)
+
+    def _quietly(self, report: Callable[..., None], *args: object) -> None:
+        try:
+            report(*args)
+        except Exception as exc:
+            if time.monotonic() - self._warned_at >= _WARN_INTERVAL_S:
+                self._warned_at = time.monotonic()
+                log.warning(
+                    "call statistics not recorded (%s: %s); calls go on without them",
+                    type(exc).__name__,
+                    exc,
+                )

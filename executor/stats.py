@@ -1,0 +1,185 @@
+"""Per-tool counters of the last minutes, in Redis, for ``toolexec status``.
+
+The Prometheus metrics of :mod:`executor.metrics` live in each worker process
+and need a scraper to add them up. These live in Redis, so one command on any
+host sees what the whole fleet did in the last minutes and which attempts run
+now, with no monitoring stack. Workers write them through :class:`CallStats`:
+one pipelined round trip when an attempt starts and one when it ends, into one
+hash per minute (bounded by the number of tools, not of calls) and one sorted
+set of running attempts, whose members carry a lease so that an attempt of a
+worker that died stops counting when its lease ends.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from executor.clock import Clock, SystemClock
+from executor.keys import STATS_TTL_S, Keys
+
+__all__ = ["CallStats", "ToolStats"]
+
+_SEP = "|"
+
+
+@dataclass(frozen=True)
+class ToolStats:
+    """What one tool did over a window of minutes, and what it runs now.
+
+    ``calls`` counts calls that ended (``ok`` plus every ``failed`` type);
+    ``attempts`` counts attempts that ended in a retry or a result, ``retries``
+    those that ended in a retry (``retried`` by the error that caused it). An
+    attempt a rate limit deferred, or one another worker answered, is neither.
+    """
+
+    tool: str
+    calls: int = 0
+    ok: int = 0
+    failed: Mapping[str, int] = field(default_factory=dict)
+    attempts: int = 0
+    retries: int = 0
+    retried: Mapping[str, int] = field(default_factory=dict)
+    in_flight: int = 0
+
+    @property
+    def failures(self) -> int:
+        return sum(self.failed.values())
+
+    @property
+    def failure_rate(self) -> float | None:
+        """Failed calls over calls that ended; None when none ended."""
+        return self.failures / self.calls if self.calls else None
+
+    @property
+    def retry_rate(self) -> float | None:
+        """Attempts that ended in a retry over attempts that ended; None without attempts."""
+        return self.retries / self.attempts if self.attempts else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tool": self.tool,
+            "in_flight": self.in_flight,
+            "calls": self.calls,
+            "ok": self.ok,
+            "failed": dict(sorted(self.failed.items())),
+            "failure_rate": self.failure_rate,
+            "attempts": self.attempts,
+            "retries": self.retries,
+            "retried": dict(sorted(self.retried.items())),
+            "retry_rate": self.retry_rate,
+        }
+
+
+def _member(tool: str, call_id: str, attempt: int) -> str:
+    return f"{tool}{_SEP}{call_id}{_SEP}{attempt}"
+
+
+class CallStats:
+    """Writes the workers' counters and reads them back for a window.
+
+    ``lease_ttl_s`` bounds how long the set of running attempts outlives its
+    last write; it must exceed every lease (the longest deadline allowed).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        *,
+        clock: Clock | None = None,
+        lease_ttl_s: float = 960.0,
+    ) -> None:
+        self.redis = client
+        self.keys = keys
+        self.clock = clock or SystemClock()
+        self.lease_ttl_s = int(lease_ttl_s)
+
+    # -- the worker's side -------------------------------------------------
+
+    def started(self, tool: str, call_id: str, attempt: int, lease_until: float) -> None:
+        """An attempt starts; it counts as running until it ends or ``lease_until``."""
+        key = self.keys.in_flight()
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zadd(key, {_member(tool, call_id, attempt): lease_until})
+        pipe.expire(key, self.lease_ttl_s)
+        pipe.execute()
+
+    def retrying(self, tool: str, call_id: str, attempt: int, error_type: str) -> None:
+        """The attempt failed transiently and another one is scheduled."""
+        counts = {"attempts": 1, "retries": 1, f"retried{_SEP}{error_type}": 1}
+        self._ended(tool, call_id, attempt, counts)
+
+    def finished(self, tool: str, call_id: str, attempt: int, error_type: str | None) -> None:
+        """The call ended: ``error_type`` None means it succeeded."""
+        outcome = "ok" if error_type is None else f"failed{_SEP}{error_type}"
+        self._ended(tool, call_id, attempt, {"attempts": 1, "calls": 1, outcome: 1})
+
+    def withdrawn(self, tool: str, call_id: str, attempt: int) -> None:
+        """The attempt stopped without an outcome of its own (deferred, or answered elsewhere)."""
+        self._ended(tool, call_id, attempt, {})
+
+    def _ended(self, tool: str, call_id: str, attempt: int, counts: dict[str, int]) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrem(self.keys.in_flight(), _member(tool, call_id, attempt))
+        if counts:
+            self._count(pipe, tool, counts)
+        pipe.execute()
+
+    def _count(self, pipe: Any, tool: str, counts: dict[str, int]) -> None:
+        key = self.keys.stats(int(self.clock.now() // 60))
+        for name, amount in counts.items():
+            pipe.hincrby(key, f"{tool}{_SEP}{name}", amount)
+        pipe.expire(key, STATS_TTL_S)
+
+    # -- the reader's side -------------------------------------------------
+
+    def window(self, minutes: int) -> dict[str, ToolStats]:
+        """Every tool seen in the last ``minutes`` minutes (this one included) or running now.
+
+        Leases that passed are pruned here, on the operator's path, not on the
+        workers' call path.
+        """
+        if not 1 <= minutes <= STATS_TTL_S // 60:
+            raise ValueError(f"minutes must be between 1 and {STATS_TTL_S // 60}, not {minutes}")
+        now = self.clock.now()
+        current = int(now // 60)
+        pipe = self.redis.pipeline(transaction=False)
+        for minute in range(current - minutes + 1, current + 1):
+            pipe.hgetall(self.keys.stats(minute))
+        pipe.zremrangebyscore(self.keys.in_flight(), "-inf", f"({now!r}")
+        pipe.zrange(self.keys.in_flight(), 0, -1)
+        *hashes, _, running = pipe.execute()
+        counts: Counter[tuple[str, str]] = Counter()
+        for fields in hashes:
+            for name, value in fields.items():
+                tool, _, counter = _text(name).partition(_SEP)
+                counts[tool, counter] += int(value)
+        for member in running:
+            counts[_text(member).split(_SEP, 1)[0], "in_flight"] += 1
+        return _assemble(counts)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+_SCALARS = frozenset({"calls", "ok", "attempts", "retries", "in_flight"})
+_BY_TYPE = frozenset({"failed", "retried"})
+
+
+def _assemble(counts: Counter[tuple[str, str]]) -> dict[str, ToolStats]:
+    """Counters as :class:`ToolStats`; a counter this version does not know is skipped."""
+    by_tool: dict[str, dict[str, Any]] = {}
+    for (tool, counter), value in counts.items():
+        fields = by_tool.setdefault(tool, {"failed": {}, "retried": {}})
+        kind, _, error_type = counter.partition(_SEP)
+        if kind in _BY_TYPE and error_type:
+            fields[kind][error_type] = value
+        elif kind in _SCALARS and not error_type:
+            fields[kind] = value
+    return {tool: ToolStats(tool=tool, **fields) for tool, fields in sorted(by_tool.items())}

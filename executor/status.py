@@ -1,0 +1,264 @@
+"""``toolexec status``: the fleet at a glance, from any host.
+
+Queue depths come from the broker (``LLEN`` of each tool queue and its
+priority sub-queues on Redis, a passive ``queue_declare`` on RabbitMQ);
+workers from the catalog heartbeats (and, with ``--ping``, from a Celery
+ping); breakers from their Redis state; calls in flight and the last minutes'
+retry and failure rates from the workers' counters (:mod:`executor.stats`).
+Everything is read, nothing is changed, except that leases of attempts whose
+worker died are pruned.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import click
+import redis
+from kombu.transport.redis import PRIORITY_STEPS, Channel
+
+from executor import catalog as catalog_mod
+from executor.breaker import CircuitBreaker
+from executor.connection import redact_url, redis_client, redis_url, unavailable
+from executor.errors import ToolexecError
+from executor.keys import Keys
+from executor.settings import Settings
+from executor.stats import CallStats
+
+__all__ = ["amqp_depths", "gather", "queue_names", "redis_depths", "status"]
+
+#: A worker that missed three heartbeats (15 s each, ``tasks.catalog_publisher``) is gone.
+ALIVE_WINDOW_S = 45.0
+
+
+def queue_names(catalog: catalog_mod.Catalog, default_queue: str) -> list[str]:
+    """Every queue some published tool is routed to, and the default one."""
+    names = {default_queue}
+    for entry in catalog.values():
+        names.add(entry.get("policy", {}).get("queue") or default_queue)
+    return sorted(names)
+
+
+def redis_depths(client: redis.Redis, names: Sequence[str]) -> dict[str, int]:
+    """Messages waiting in each queue on a Redis broker, priority sub-queues included.
+
+    kombu keeps a queue as one list per priority step (``name``, then
+    ``name\\x06\\x163``, ...); delivered but unacknowledged messages are not in
+    them (see :func:`redis_unacked`).
+    """
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        for step in PRIORITY_STEPS:
+            pipe.llen(f"{name}{Channel.sep}{step}" if step else name)
+    lengths = iter(pipe.execute())
+    return {name: sum(next(lengths) for _ in PRIORITY_STEPS) for name in names}
+
+
+def redis_unacked(client: redis.Redis) -> int:
+    """Messages delivered to workers and not yet acknowledged: running, prefetched or
+    waiting for their retry's countdown inside a worker."""
+    return int(client.hlen(Channel.unacked_key))
+
+
+def amqp_depths(url: str, names: Sequence[str]) -> dict[str, int | None]:
+    """Messages ready in each queue on RabbitMQ; None for a queue not declared yet."""
+    from kombu.connection import Connection
+
+    out: dict[str, int | None] = {}
+    with Connection(url, connect_timeout=5) as conn:  # type: ignore[no-untyped-call]
+        for name in names:
+            try:
+                with conn.channel() as channel:
+                    _, count, _ = channel.queue_declare(queue=name, passive=True)
+                out[name] = int(count)
+            except conn.channel_errors:
+                out[name] = None  # passive declare of a missing queue closes the channel
+    return out
+
+
+def _broker_view(broker: str, names: Sequence[str]) -> dict[str, Any]:
+    view: dict[str, Any] = {"broker": redact_url(broker)}
+    if broker.startswith(("amqp://", "amqps://", "pyamqp://")):
+        depths: dict[str, int | None] = dict(amqp_depths(broker, names))
+        view["unacked"] = None  # RabbitMQ counts them per queue; its own UI shows them
+    else:
+        client = redis_client(broker, socket_timeout=5.0)
+        try:
+            depths = dict(redis_depths(client, names))
+            view["unacked"] = redis_unacked(client)
+        finally:
+            client.close()
+    view["queues"] = [{"name": name, "waiting": depths[name]} for name in names]
+    return view
+
+
+def _workers(client: redis.Redis, keys: Keys, now: float, pinged: set[str] | None) -> list[Any]:
+    seen: list[tuple[str, float]] = client.zrangebyscore(  # type: ignore[assignment]
+        keys.workers(), now - ALIVE_WINDOW_S, "+inf", withscores=True
+    )
+    names = {str(name): float(at) for name, at in seen}
+    for name in pinged or ():
+        names.setdefault(name, float("nan"))
+    return [
+        {
+            "name": name,
+            "heartbeat_age_s": None if at != at else round(max(0.0, now - at), 1),
+            "answered_ping": None if pinged is None else name in pinged,
+        }
+        for name, at in sorted(names.items())
+    ]
+
+
+def _ping(settings: Settings, timeout: float) -> set[str]:
+    from executor.app import create_app
+
+    celery_app = create_app(settings)
+    try:
+        replies = celery_app.control.ping(timeout=timeout) or []
+    finally:
+        celery_app.close()
+    return {name for reply in replies for name in reply}
+
+
+def _tools(stats: CallStats, catalog: catalog_mod.Catalog, minutes: int) -> list[dict[str, Any]]:
+    from executor.stats import ToolStats
+
+    seen = stats.window(minutes)
+    names = sorted(set(seen) | set(catalog))
+    return [seen.get(name, ToolStats(tool=name)).to_json() for name in names]
+
+
+def gather(
+    settings: Settings, minutes: int = 5, ping_timeout: float | None = None
+) -> dict[str, Any]:
+    """Everything ``toolexec status`` shows, as JSON-able data."""
+    url = redis_url(settings)
+    client = redis_client(url, socket_timeout=5.0)
+    keys = Keys(settings.key_prefix)
+    try:
+        now = float(client.time()[0])
+        catalog = catalog_mod.read(client, keys)
+        out: dict[str, Any] = {"at": now, "minutes": minutes}
+        out |= _broker_view(
+            settings.broker_url or url, queue_names(catalog, settings.default_queue)
+        )
+        pinged = None if ping_timeout is None else _ping(settings, ping_timeout)
+        out["workers"] = _workers(client, keys, now, pinged)
+        out["breakers"] = [v.to_json() for v in CircuitBreaker(client, keys).snapshot_all()]
+        out["tools"] = _tools(CallStats(client, keys), catalog, minutes)
+        return out
+    except redis.RedisError as exc:
+        raise unavailable(url, exc) from exc
+    finally:
+        client.close()
+
+
+# -- rendering -----------------------------------------------------------------
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _by_type(counts: dict[str, int]) -> str:
+    return "\n".join(f"{kind} {n}" for kind, n in counts.items()) or "-"
+
+
+def _section(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[Any]:
+    """A bold title line, then a compact table; only text columns (the first, FAILED) wrap."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for index, column in enumerate(columns):
+        table.add_column(column, no_wrap=index > 0 and column != "FAILED", overflow="fold")
+    for row in rows:
+        table.add_row(*(str(cell) for cell in row))
+    return [Text(title, style="bold"), table]
+
+
+def _queues(view: dict[str, Any]) -> list[Any]:
+    unacked = view["unacked"]
+    title = f"Queues on {view['broker']}"
+    if unacked is not None:
+        title += f" ({unacked} delivered to workers, not yet acknowledged)"
+    rows = [(q["name"], "-" if q["waiting"] is None else q["waiting"]) for q in view["queues"]]
+    return _section(title, ["QUEUE", "WAITING"], rows)
+
+
+def _workers_section(view: dict[str, Any]) -> list[Any]:
+    ping = {None: "-", True: "pong", False: "no answer"}
+    rows = [
+        (
+            w["name"],
+            "-" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']} s ago",
+            ping[w["answered_ping"]],
+        )
+        for w in view["workers"]
+    ]
+    return _section("Workers", ["WORKER", "LAST HEARTBEAT", "PING"], rows)
+
+
+def _breakers_section(view: dict[str, Any]) -> list[Any]:
+    rows = [
+        (b["name"], b["state"], f"{b['failures']}/{b['calls']}", _rate(b["failure_rate"]))
+        for b in view["breakers"]
+    ]
+    return _section("Circuit breakers", ["BREAKER", "STATE", "FAILED", "RATE"], rows)
+
+
+def _tools_section(view: dict[str, Any]) -> list[Any]:
+    columns = ["TOOL", "RUNNING", "CALLS", "OK", "FAILED", "FAIL%", "ATTEMPTS", "RETRIES", "RETRY%"]
+    rows = [
+        (
+            t["tool"],
+            t["in_flight"],
+            t["calls"],
+            t["ok"],
+            _by_type(t["failed"]),
+            _rate(t["failure_rate"]),
+            t["attempts"],
+            t["retries"],
+            _rate(t["retry_rate"]),
+        )
+        for t in view["tools"]
+    ]
+    return _section(f"Tools, last {view['minutes']} min", columns, rows)
+
+
+def _render(view: dict[str, Any]) -> list[Any]:
+    return [
+        *_queues(view),
+        *_workers_section(view),
+        *_breakers_section(view),
+        *_tools_section(view),
+    ]
+
+
+@click.command()
+@click.option(
+    "--minutes",
+    type=click.IntRange(1, 60),
+    default=5,
+    show_default=True,
+    help="How many minutes the rates cover.",
+)
+@click.option("--ping", is_flag=True, help="Also ping the workers over the broker (waits 1 s).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def status(minutes: int, ping: bool, as_json: bool) -> None:
+    """Queue depths, workers, breakers, calls in flight, retry and failure rates."""
+    try:
+        view = gather(Settings.from_env(), minutes, ping_timeout=1.0 if ping else None)
+    except ToolexecError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps(view, indent=2, sort_keys=True))
+        return
+    from rich.console import Console
+
+    console = Console()
+    for part in _render(view):
+        console.print(part)

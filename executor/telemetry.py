@@ -1,0 +1,84 @@
+"""What ``toolexec worker`` sets up around Celery: the metrics server and the log format.
+
+Split in two because of prometheus_client's multiprocess mode: it is chosen
+when prometheus_client is first imported, from ``PROMETHEUS_MULTIPROC_DIR``,
+so :func:`prepare` must run before the tool tasks are imported (they import
+:mod:`executor.metrics`), and :func:`start` after.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from celery import signals
+
+from executor.settings import Settings
+
+__all__ = ["prepare", "start"]
+
+log = logging.getLogger("toolexec.worker")
+
+
+def prepare(pool: str, metrics_port: int | None) -> None:
+    """Turn on multiprocess metrics for a prefork worker that serves them.
+
+    Each run gets a fresh directory (removed at exit): counters left by an
+    earlier run's processes would otherwise be added to this run's. An
+    operator's own ``PROMETHEUS_MULTIPROC_DIR`` is used as it is.
+    """
+    if metrics_port is None or pool != "prefork" or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return
+    folder = tempfile.mkdtemp(prefix="toolexec-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    signals.worker_process_shutdown.connect(_forget_child, weak=False)
+
+
+def _forget_child(pid: int | None = None, **_: Any) -> None:
+    """A prefork child is going: its in-flight gauge must stop counting."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
+
+
+def start(settings: Settings, metrics_port: int | None) -> list[str]:
+    """Serve ``/metrics`` (when a port is set) and install the log format.
+
+    Returns Celery's global options to put before ``worker``: with JSON logs,
+    ``--quiet`` drops the text banner, so that every line is JSON.
+    """
+    from executor.logs import install
+
+    install(settings.log_format)
+    if metrics_port is not None:
+        _serve(settings, metrics_port)
+    return ["--quiet"] if settings.log_format == "json" else []
+
+
+def _serve(settings: Settings, metrics_port: int) -> None:
+    from executor.breaker import CircuitBreaker
+    from executor.connection import fail_fast_client, redis_url
+    from executor.keys import Keys
+    from executor.metrics import serve
+
+    breakers = CircuitBreaker(fail_fast_client(redis_url(settings)), Keys(settings.key_prefix))
+    try:
+        serve(metrics_port, settings.metrics_address, breakers)
+    except OSError as exc:
+        from executor.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"cannot serve metrics on {settings.metrics_address}:{metrics_port} ({exc}); "
+            "pick a free port with --metrics-port (one per worker on a host)"
+        ) from exc
+    where = f"http://{settings.metrics_address}:{metrics_port}/metrics"
+
+    def announce(**_: Any) -> None:  # once Celery's logging is set up
+        log.info("Prometheus metrics on %s", where)
+
+    signals.worker_ready.connect(announce, weak=False)

@@ -1,0 +1,64 @@
+"""Worker log lines as JSON: one object per record, with a call's fields on its outcome line."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+from executor.logs import JsonFormatter, call_fields
+from executor.results import ErrorInfo, ToolResult
+
+
+def _record(message: str, *args: object, **extra: object) -> logging.LogRecord:
+    record = logging.LogRecord("toolexec.worker", logging.INFO, __file__, 1, message, args, None)
+    record.__dict__.update(extra)
+    return record
+
+
+def test_a_call_outcome_line_carries_the_call_fields_at_the_top_level() -> None:
+    result = ToolResult(
+        status="error",
+        tool="fetch",
+        call_id="c1",
+        run_id="r1",
+        error=ErrorInfo(type="timeout", message="slow", retryable=True),
+        attempts=3,
+        elapsed_ms=1234.5,
+    )
+
+    line = json.loads(JsonFormatter().format(_record("call %s", "c1", **call_fields(result))))
+
+    assert line["message"] == "call c1"
+    assert line["level"] == "INFO" and line["logger"] == "toolexec.worker"
+    assert {k: line[k] for k in ("call_id", "run_id", "tool", "attempts", "error_type")} == {
+        "call_id": "c1",
+        "run_id": "r1",
+        "tool": "fetch",
+        "attempts": 3,
+        "error_type": "timeout",
+    }
+    assert line["elapsed_ms"] == 1234.5
+    assert line["event"] == "call_finished"
+    assert line["ts"].endswith("+00:00")
+
+
+def test_a_success_has_no_error_type() -> None:
+    result = ToolResult(status="ok", tool="fetch", call_id="c1", attempts=1, elapsed_ms=5.0)
+
+    assert call_fields(result)["toolexec"]["error_type"] is None
+
+
+def test_an_exception_and_celerys_task_fields_are_kept_on_one_line() -> None:
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        record = _record("failed", task_id="t1", task_name="tools.fetch")
+        record.exc_info = sys.exc_info()
+
+    text = JsonFormatter().format(record)
+
+    assert "\n" not in text
+    line = json.loads(text)
+    assert (line["task_id"], line["task_name"]) == ("t1", "tools.fetch")
+    assert "RuntimeError: boom" in line["exc_info"]
