@@ -20,9 +20,6 @@ from typing import Any, Literal
 import redis
 import redis.asyncio
 from celery import Celery
-from kombu.exceptions import OperationalError
-
-from executor import catalog as catalog_mod
 from executor.app import create_app
 from executor.breaker import BreakerPolicy, CircuitBreaker
 from executor.breaker_layer import refusal_for
@@ -30,17 +27,23 @@ from executor.clock import Clock, SystemClock
 from executor.connection import fail_fast_client, redis_client, redis_url, unavailable
 from executor.context import CallContext
 from executor.errors import BrokerUnavailableError, CircuitOpenError, ErrorType, UsageError
-from executor.execution import error_info, error_result
-from executor.keys import Keys
+from executor.payloads import Offloader, PayloadPage, PayloadReader, open_store, store_arguments
 from executor.redaction import REPR_LIMIT, secret_names, shown_kwargs
 from executor.replies import ReplyBox
-from executor.results import ErrorInfo, ToolResult
-from executor.settings import Settings
 from executor.validation import validate_against_schema
+from kombu.exceptions import OperationalError
+
+from executor import catalog as catalog_mod
+from executor.execution import error_info, error_result
+from executor.keys import REPLY_TTL_S, Keys
+from executor.results import ErrorInfo, PayloadRef, ToolResult
+from executor.settings import Settings
 
 __all__ = ["CallHandle", "ToolClient"]
 
 CallSpec = tuple[str, Mapping[str, Any] | str]
+
+_SEND_A_REFERENCE = "Pass a reference (a URL or an id) instead of the content itself."
 
 #: Celery's own cap (``kwargsrepr_maxsize``) on the repr shown in logs, events, Flower.
 _REPR_LIMIT = REPR_LIMIT
@@ -256,7 +259,7 @@ class ToolClient:
             reply_to=reply_to or call_id,
             run_id=run_id,
         )
-        parsed, problem = _parse_arguments(arguments, self.settings.max_argument_bytes)
+        parsed, problem = _parse_arguments(arguments, self.settings.payload_max_bytes)
         if problem is not None:
             return self._early(
                 ctx,
@@ -285,8 +288,11 @@ class ToolClient:
         if refusal is not None:
             result = error_result(ctx, error_info(refusal), attempts=0, now=self.clock.now())
             return _Prepared(ctx, None, None, result)
+        inline, problem = self._store_large_arguments(ctx, parsed or {})
+        if problem is not None:
+            return self._early(ctx, ErrorType.INVALID_ARGUMENTS, problem, _SEND_A_REFERENCE)
         return _Prepared(
-            ctx, parsed, entry["policy"]["queue"], None, secret_names(entry["parameters"])
+            ctx, inline, entry["policy"]["queue"], None, secret_names(entry["parameters"])
         )
 
     def _breaker_refusal(
@@ -378,8 +384,60 @@ class ToolClient:
                 out.append(p.early)
                 continue
             found = boxes[p.ctx.reply_to].results.get(p.ctx.call_id)
+            if found is not None and found.payload is not None:
+                found.attach_loader(self.load_payload)
             out.append(found if found is not None else self._no_reply(p))
         return out
+
+    # -- large results and arguments (executor.payloads) --------------------
+
+    def _payload_io(self) -> tuple[Offloader, PayloadReader]:
+        """The payload store, opened on first use (an S3 client takes a while to build)."""
+        with self._catalog_lock:
+            io: tuple[Offloader, PayloadReader] | None = getattr(self, "_payloads", None)
+            if io is None:
+                store = open_store(self.settings, self._url, self.clock)
+                io = (Offloader(store, self.clock), PayloadReader(store, self.clock))
+                self._payloads = io
+            return io
+
+    def fetch_payload(self, ref: PayloadRef) -> bytes:
+        """A stored payload's bytes, checked against its sha256.
+
+        Raises :class:`~executor.errors.PayloadExpiredError` or
+        :class:`~executor.errors.PayloadMissingError` when it is gone.
+        """
+        return self._payload_io()[1].fetch(ref)
+
+    def load_payload(self, ref: PayloadRef) -> Any:
+        """A stored payload as the value the tool returned (what ``result.load()`` calls)."""
+        return self._payload_io()[1].load(ref)
+
+    def read_payload(self, ref: PayloadRef | str, offset: int = 0, limit: int = 100) -> PayloadPage:
+        """``limit`` lines (text), items (arrays) or keys (objects) of a payload from ``offset``.
+
+        ``ref`` may be the reference or just its key, as a model quotes it from a
+        preview; ``page.next_offset`` says where to read on.
+        """
+        return self._payload_io()[1].read(ref, offset, limit)
+
+    def _store_large_arguments(
+        self, ctx: CallContext, arguments: dict[str, Any]
+    ) -> tuple[dict[str, Any], str | None]:
+        """Arguments with each one over the threshold stored, or why they cannot be sent."""
+        threshold = self.settings.payload_threshold_bytes
+        size = len(json.dumps(arguments))
+        if size <= threshold:
+            return arguments, None
+        ttl = max(self.settings.payload_ttl_s, ctx.deadline - self.clock.now() + REPLY_TTL_S)
+        inline = store_arguments(arguments, self._payload_io()[0], threshold, ttl)
+        size = len(json.dumps(inline))
+        if size > self.settings.max_argument_bytes:
+            return inline, (
+                f"the arguments are {size:,} bytes of JSON even with the large ones stored "
+                f"apart; the limit is {self.settings.max_argument_bytes:,}"
+            )
+        return inline, None
 
     def _no_reply(self, p: _Prepared) -> ToolResult:
         """No worker answered before the deadline: say why that may be."""

@@ -31,6 +31,8 @@ def redis_url(settings: Settings) -> str:
 def redis_client(url: str, **kwargs: Any) -> redis.Redis:
     """A client that fails fast on connect but lets blocking reads wait."""
     kwargs.setdefault("socket_connect_timeout", 5.0)
+    # redis-py 8 defaults socket_timeout to 5 s, which cuts a reply wait (BLPOP) short.
+    kwargs.setdefault("socket_timeout", None)
     kwargs.setdefault("health_check_interval", 30)
     return redis.Redis.from_url(url, decode_responses=True, **kwargs)
 

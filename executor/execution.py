@@ -11,7 +11,7 @@ without a worker.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,11 +135,14 @@ class Executor:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         layers: Sequence[Layer] = (),
+        resolve_arguments: Callable[[Any], Any] | None = None,
     ) -> None:
         self.runner = runner or Runner()
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self.layers = tuple(layers)
+        # puts back arguments the client stored outside the message (executor.payloads)
+        self.resolve_arguments = resolve_arguments
 
     def attempt(
         self, spec: ToolSpec, raw_arguments: Any, ctx: CallContext, attempt: int
@@ -152,6 +155,11 @@ class Executor:
                     ctx, deadline_info(ctx, None, attempt - 1), attempts=attempt - 1, now=now
                 )
             )
+        if self.resolve_arguments is not None:
+            try:
+                raw_arguments = self.resolve_arguments(raw_arguments)
+            except ToolException as failure:
+                return self._after_failure(spec, failure, ctx, attempt - 1, now)
         try:
             arguments = spec.arguments.model_validate(raw_arguments)
         except pydantic.ValidationError as exc:
@@ -187,6 +195,7 @@ class Executor:
                     call_id=ctx.call_id,
                     run_id=ctx.run_id,
                     data=outcome.data,
+                    payload=outcome.payload,
                     attempts=attempts,
                     elapsed_ms=_elapsed_ms(ctx, end),
                     timings=_timings(ctx, end),

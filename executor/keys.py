@@ -94,7 +94,6 @@ class Keys:
         """
         return f"{self.prefix}:run:{{{run_id}}}"
 
-
     def last_good(self, tool: str, digest: str) -> str:
         """String: JSON of the last successful result of one call (``fallback.cache``).
 
@@ -104,6 +103,16 @@ class Keys:
         longer worth giving, even as a degraded one.
         """
         return f"{self.prefix}:lastgood:{tool}:{digest}"
+
+    def payload(self, key: str) -> str:
+        """String: one stored payload (a large result or argument), or its ``.index``.
+
+        TTL: the payload's own (``TOOLEXEC_PAYLOAD_TTL_S`` for results, at least
+        the call's time left for arguments): a reference outlives its message,
+        and nobody deletes a payload explicitly.
+        """
+        return f"{self.prefix}:payload:{key}"
+
 
 #: A reply nobody collects within this long after its deadline is garbage.
 REPLY_TTL_S = 300

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from executor.context import CallContext
 from executor.errors import ToolException
 from executor.registry import ToolSpec
+from executor.results import PayloadRef
 
 __all__ = ["Attempt", "Layer", "Outcome", "Proceed", "compose"]
 
@@ -40,13 +41,16 @@ class Attempt:
 class Outcome:
     """What an attempt produced: data, or a classified failure.
 
-    ``ran`` is False when a layer answered without running the body.
+    ``ran`` is False when a layer answered without running the body. With
+    ``payload`` set, ``data`` is a preview and the value is in the payload
+    store: a layer that records outcomes keeps the reference, not the value.
     """
 
     data: Any = None
     failure: ToolException | None = None
     duration_s: float = 0.0
     ran: bool = True
+    payload: PayloadRef | None = None
 
     @property
     def ok(self) -> bool:

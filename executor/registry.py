@@ -42,6 +42,8 @@ class ToolPolicy:
     side_effects: bool = False
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     breaker_key: str | None = None
+    payload_threshold_bytes: int | None = None  # None: the settings' value (executor.payloads)
+    payload_token_budget: int | None = None
     fallbacks: tuple[FallbackStep, ...] = ()  # fallback.steps; checked by check_chain
 
     def __post_init__(self) -> None:
@@ -217,6 +219,8 @@ def tool(
     side_effects: bool = ...,
     breaker: BreakerPolicy | None = ...,
     breaker_key: str | None = ...,
+    payload_threshold_bytes: int | None = ...,
+    payload_token_budget: int | None = ...,
     fallbacks: Sequence[FallbackStep] | None = ...,
     registry: Registry | None = ...,
 ) -> Callable[[F], F]: ...
@@ -239,6 +243,8 @@ def tool(
     side_effects: bool = False,
     breaker: BreakerPolicy | None = None,
     breaker_key: str | None = None,
+    payload_threshold_bytes: int | None = None,
+    payload_token_budget: int | None = None,
     fallbacks: Sequence[FallbackStep] | None = None,
     registry: Registry | None = None,
 ) -> F | Callable[[F], F]:
@@ -250,6 +256,8 @@ def tool(
     ``breaker`` is the tool's :class:`BreakerPolicy` (a default one when None);
     ``breaker_key`` names an argument holding a URL, to keep one breaker per
     downstream host (``http_request@api.example.com``) instead of one per tool.
+    ``payload_threshold_bytes`` and ``payload_token_budget`` override the
+    settings of the same name for this tool's results (``executor.payloads``).
     ``fallbacks`` is the tool's chain (``fallback.Alternative``, ``LastGood``,
     ``Explain``), tried in order when it fails in a way the model cannot fix.
     """
@@ -279,6 +287,8 @@ def tool(
             side_effects=side_effects,
             breaker=breaker or BreakerPolicy(probe_lease_s=max(60.0, timeout + 10.0)),
             breaker_key=breaker_key,
+            payload_threshold_bytes=payload_threshold_bytes,
+            payload_token_budget=payload_token_budget,
             fallbacks=_checked_fallbacks(tool_name, fallbacks, side_effects),
         )
         spec = ToolSpec(

@@ -9,13 +9,23 @@ itself as an OpenAI tool message or an Anthropic ``tool_result`` block.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from executor.errors import ErrorType
+from executor.errors import ErrorType, UsageError
 
-__all__ = ["ErrorInfo", "FallbackInfo", "Status", "StepNote", "Timings", "ToolResult"]
+__all__ = [
+    "ErrorInfo",
+    "FallbackInfo",
+    "PayloadRef",
+    "PayloadUnit",
+    "Status",
+    "StepNote",
+    "Timings",
+    "ToolResult",
+]
 
 Status = Literal["ok", "error", "unknown"]
 
@@ -83,8 +93,34 @@ class FallbackInfo(BaseModel):
         return body
 
 
+PayloadUnit = Literal["lines", "items", "keys"]
+
+
+class PayloadRef(BaseModel):
+    """A claim check for a value too large to travel in messages (``executor.payloads``).
+
+    Messages and replies carry this reference and a preview; the value itself
+    waits in the payload store until ``expires_at`` (epoch seconds; None: never).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    store: str = Field(description="Kind of store that holds it: redis, file or s3.")
+    size_bytes: int
+    content_type: str
+    sha256: str
+    expires_at: float | None = None
+    unit: PayloadUnit = Field(description="What read_payload's offset and limit count.")
+    count: int = Field(description="How many lines, items or keys the whole value has.")
+
+
 class ToolResult(BaseModel):
-    """The outcome of one tool call."""
+    """The outcome of one tool call.
+
+    When ``payload`` is set, ``data`` is only a preview of a large value kept
+    in the payload store; :meth:`load` returns the whole value.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -99,6 +135,10 @@ class ToolResult(BaseModel):
     attempts: int = Field(default=0, description="Times the tool body ran; 0 if it never did.")
     elapsed_ms: float = Field(default=0.0, description="From submission to this result.")
     timings: Timings = Field(default_factory=Timings)
+    payload: PayloadRef | None = Field(
+        default=None, description="Where the whole value is when data is a preview."
+    )
+    _loader: Callable[[PayloadRef], Any] | None = PrivateAttr(default=None)
     fallback: FallbackInfo | None = Field(
         default=None, description="With degraded: the primary's error and the steps tried."
     )
@@ -106,6 +146,26 @@ class ToolResult(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    def attach_loader(self, loader: Callable[[PayloadRef], Any]) -> ToolResult:
+        """Let :meth:`load` fetch this result's payload (the client does this)."""
+        self._loader = loader
+        return self
+
+    def load(self) -> Any:
+        """The whole value: ``data`` itself, or the stored payload, checked against its sha256.
+
+        Raises a :class:`~executor.errors.PayloadUnavailableError` when the
+        payload has expired or is missing.
+        """
+        if self.payload is None:
+            return self.data
+        if self._loader is None:
+            raise UsageError(
+                "this result was not returned by a ToolClient, so it cannot fetch its payload; "
+                "use ToolClient.fetch_payload(result.payload) instead"
+            )
+        return self._loader(self.payload)
 
     def for_model(self) -> dict[str, Any]:
         """The part of the result a model needs; bookkeeping such as ids stays out."""

@@ -75,6 +75,30 @@ class Settings(BaseSettings):
     task_events: bool = Field(
         default=True, description="Send task events so Flower and `celery events` see calls."
     )
+    payload_store: str = Field(
+        default="redis",
+        description="Where large results and arguments go: redis, file:///dir or s3://bucket/prefix.",
+    )
+    payload_threshold_bytes: int = Field(
+        default=32_768, gt=0, description="A result or argument larger than this is stored."
+    )
+    payload_token_budget: int = Field(
+        default=600,
+        ge=100,
+        description="A result estimated above this many tokens is stored; its preview fits in it.",
+    )
+    payload_max_bytes: int = Field(
+        default=268_435_456, gt=0, description="Largest result or argument a payload store takes."
+    )
+    payload_ttl_s: float = Field(
+        default=3600.0, gt=0, description="How long a stored payload can be read back, in seconds."
+    )
+    payload_s3_endpoint_url: str | None = Field(
+        default=None, description="S3-compatible endpoint (MinIO, moto, ...); unset: AWS."
+    )
+    payload_s3_region: str | None = Field(
+        default=None, description="Region of the S3 bucket; unset: boto3's default."
+    )
     stats: bool = Field(
         default=True,
         description="Workers count calls per tool and minute in Redis, for `toolexec status`.",
@@ -114,6 +138,16 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("payload_store")
+    @classmethod
+    def _known_store(cls, value: str) -> str:
+        if value == "redis" or value.startswith(("file://", "s3://")):
+            return value
+        raise ValueError(
+            f"TOOLEXEC_PAYLOAD_STORE must be redis, file:///a/directory or s3://bucket/prefix, "
+            f"not {value!r}"
+        )
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:

@@ -20,7 +20,6 @@ from typing import Any
 import redis
 from celery import Celery, Task
 from celery.exceptions import Retry as CeleryRetry
-
 from executor.app import settings_of
 from executor.breaker import CircuitBreaker
 from executor.breaker_layer import BreakerLayer
@@ -28,17 +27,19 @@ from executor.clock import SystemClock
 from executor.connection import fail_fast_client, redis_client, redis_url
 from executor.context import CallContext
 from executor.errors import ErrorType
-from executor.execution import Executor, Final, Retry, error_result
-from executor.keys import Keys
 from executor.logs import call_fields
 from executor.metrics import metrics
 from executor.observe import CallObservers
+from executor.payloads import worker_payloads
 from executor.redaction import secret_names, shown_kwargs
-from executor.registry import ToolSpec
 from executor.replies import deliver
+from executor.stats import CallStats
+
+from executor.execution import Executor, Final, Retry, error_result
+from executor.keys import Keys
+from executor.registry import ToolSpec
 from executor.results import ErrorInfo, ToolResult
 from executor.settings import Settings
-from executor.stats import CallStats
 
 __all__ = ["RetryLater", "ToolFailed", "ToolTask", "register_tool_task"]
 
@@ -113,7 +114,13 @@ def build_executor(settings: Settings, url: str) -> Executor:
         fail_fast_client(url), keys, on_redis_error=settings.breaker_on_redis_error
     )
     breakers.add_listener(metrics().on_transition)
-    return Executor(clock=SystemClock(), layers=[BreakerLayer(breakers)])
+    clock = SystemClock()
+    payloads = worker_payloads(settings, url, clock)
+    return Executor(
+        clock=clock,
+        layers=[BreakerLayer(breakers), payloads.layer],
+        resolve_arguments=payloads.resolve,
+    )
 
 
 class ToolTask(Task):  # type: ignore[misc]

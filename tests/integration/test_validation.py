@@ -174,14 +174,18 @@ def test_malformed_arguments_are_invalid_arguments_without_enqueueing(
 def test_oversized_arguments_are_refused_with_the_limit_in_the_message(
     client_without_broker: ToolClient, settings: Settings
 ) -> None:
-    """Given arguments over max_argument_bytes, the model reads the size, the limit, a way out."""
-    huge = {"url": "http://127.0.0.1:9/x", "count": 1, "unit": "x" * settings.max_argument_bytes}
+    """Given arguments over the largest a payload store takes, the model reads the size,
+    the limit, a way out. (Under that, large arguments are stored, not refused.)"""
+    limit = settings.max_argument_bytes
+    offline = client_without_broker.settings
+    client_without_broker.settings = offline.model_copy(update={"payload_max_bytes": limit})
+    huge = {"url": "http://127.0.0.1:9/x", "count": 1, "unit": "x" * limit}
 
     result = client_without_broker.call("record", huge)
 
     assert _error_type(result) == ErrorType.INVALID_ARGUMENTS
     assert result.error is not None
-    assert f"the limit is {settings.max_argument_bytes:,}" in result.error.message
+    assert f"the limit is {limit:,}" in result.error.message
     assert "reference" in result.error.message
     assert result.attempts == 0
 

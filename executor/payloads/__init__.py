@@ -1,0 +1,47 @@
+"""Large results and arguments kept out of the queue: a store, previews and paging.
+
+See :mod:`executor.payloads.store` for the stores, :mod:`.preview` for what the
+model sees, :mod:`.offload` for when a value is stored, and :mod:`.reader`
+for reading it back.
+"""
+
+from executor.payloads.encoding import Encoded, Index, decode, encode
+from executor.payloads.file_store import FilePayloadStore
+from executor.payloads.offload import (
+    ARGUMENT_MARKER,
+    Limits,
+    Offloader,
+    PayloadLayer,
+    WorkerPayloads,
+    resolve_arguments,
+    store_arguments,
+    worker_payloads,
+)
+from executor.payloads.preview import build_preview
+from executor.payloads.reader import PayloadPage, PayloadReader
+from executor.payloads.redis_store import RedisPayloadStore
+from executor.payloads.store import PayloadStore, open_store
+from executor.payloads.tokens import estimate_tokens
+
+__all__ = [
+    "ARGUMENT_MARKER",
+    "Encoded",
+    "FilePayloadStore",
+    "Index",
+    "Limits",
+    "Offloader",
+    "PayloadLayer",
+    "PayloadPage",
+    "PayloadReader",
+    "PayloadStore",
+    "RedisPayloadStore",
+    "WorkerPayloads",
+    "build_preview",
+    "decode",
+    "encode",
+    "estimate_tokens",
+    "open_store",
+    "resolve_arguments",
+    "store_arguments",
+    "worker_payloads",
+]

@@ -1,0 +1,215 @@
+"""Storing values too large for messages, on both sides of the queue.
+
+On the worker, :class:`PayloadLayer` looks at what the tool returned: past
+the byte threshold or the token budget (settings, or the tool's own
+``@tool(payload_threshold_bytes=..., payload_token_budget=...)``), the value
+goes to the payload store and the result carries a :class:`PayloadRef` and a
+preview. On the client, :func:`store_arguments` does the same for a large
+argument (a document to summarise), and the worker's
+:func:`resolve_arguments` puts the value back before validation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from executor.clock import Clock
+from executor.errors import (
+    InvalidArgumentsError,
+    PayloadStoreUnavailableError,
+    PayloadUnavailableError,
+    ToolException,
+    UnavailableError,
+)
+from executor.layers import Attempt, Outcome, Proceed
+from executor.payloads.encoding import Encoded, Index, encode
+from executor.payloads.preview import build_preview
+from executor.payloads.reader import INDEX_SUFFIX, PayloadReader
+from executor.payloads.store import PayloadStore, open_store
+from executor.payloads.tokens import budget_bytes
+from executor.registry import ToolSpec
+from executor.results import PayloadRef
+from executor.settings import Settings
+
+__all__ = [
+    "ARGUMENT_MARKER",
+    "Limits",
+    "Offloader",
+    "PayloadLayer",
+    "WorkerPayloads",
+    "resolve_arguments",
+    "store_arguments",
+    "worker_payloads",
+]
+
+#: The key of the object that stands in a message for a stored argument.
+ARGUMENT_MARKER = "$toolexec_payload"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When a value is stored rather than sent, and how big its preview may be."""
+
+    threshold_bytes: int
+    token_budget: int
+
+    @classmethod
+    def for_tool(cls, settings: Settings, spec: ToolSpec) -> Limits:
+        policy = spec.policy
+        return cls(
+            policy.payload_threshold_bytes or settings.payload_threshold_bytes,
+            policy.payload_token_budget or settings.payload_token_budget,
+        )
+
+    @property
+    def inline_bytes(self) -> int:
+        """The largest value that stays inline: under both the threshold and the budget."""
+        return min(self.threshold_bytes, budget_bytes(self.token_budget))
+
+
+class Offloader:
+    """Writes values (and their paging index) to a store and hands back references."""
+
+    def __init__(self, store: PayloadStore, clock: Clock) -> None:
+        self.store = store
+        self.clock = clock
+
+    def put(self, value: Any, ttl_s: float) -> PayloadRef:
+        """Store ``value`` for ``ttl_s`` seconds; the body before the index, so an index
+        always has its body."""
+        return self.put_encoded(encode(value), ttl_s)
+
+    def put_encoded(self, encoded: Encoded, ttl_s: float) -> PayloadRef:
+        key = uuid.uuid4().hex
+        digest = hashlib.sha256(encoded.body).hexdigest()
+        index = Index(
+            unit=encoded.unit,
+            count=encoded.count,
+            size_bytes=len(encoded.body),
+            content_type=encoded.content_type,
+            sha256=digest,
+            marks=encoded.marks,
+        )
+        self.store.put(key, encoded.body, ttl_s)
+        self.store.put(key + INDEX_SUFFIX, index.to_bytes(), ttl_s)
+        return PayloadRef(
+            key=key,
+            store=self.store.kind,
+            size_bytes=len(encoded.body),
+            content_type=encoded.content_type,
+            sha256=digest,
+            expires_at=self.clock.now() + ttl_s,
+            unit=encoded.unit,
+            count=encoded.count,
+        )
+
+
+def oversized(value: Any, limit: int) -> Encoded | None:
+    """``value`` encoded when it is larger than ``limit`` bytes; None when it fits inline.
+
+    Scalars always fit; a string shorter than ``limit / 4`` characters cannot
+    pass ``limit`` bytes of UTF-8, so small results cost no encoding here.
+    """
+    if not isinstance(value, str | list | dict):
+        return None
+    if isinstance(value, str) and len(value) * 4 <= limit:
+        return None
+    encoded = encode(value)
+    return encoded if len(encoded.body) > limit else None
+
+
+class PayloadLayer:
+    """Stores a result past its tool's limits and returns a preview and a reference.
+
+    It sits inside the breaker and outside fault injection, so a layer that
+    records outcomes (idempotency) sees and keeps only the reference.
+    """
+
+    def __init__(self, offloader: Offloader, settings: Settings) -> None:
+        self.offloader = offloader
+        self.settings = settings
+
+    def __call__(self, attempt: Attempt, proceed: Proceed) -> Outcome:
+        outcome = proceed()
+        if not outcome.ok or outcome.payload is not None:
+            return outcome
+        limits = Limits.for_tool(self.settings, attempt.spec)
+        encoded = oversized(outcome.data, limits.inline_bytes)
+        if encoded is None:
+            return outcome
+        try:
+            ref = self.offloader.put_encoded(encoded, self.settings.payload_ttl_s)
+        except PayloadStoreUnavailableError as exc:
+            return replace(outcome, data=None, failure=_unstorable(attempt.spec, exc))
+        preview = build_preview(outcome.data, ref, limits.token_budget)
+        return replace(outcome, data=preview, payload=ref)
+
+
+def _unstorable(spec: ToolSpec, exc: PayloadStoreUnavailableError) -> ToolException:
+    message = f"the result is too large to send inline and could not be stored: {exc}"
+    if spec.policy.side_effects:  # running the tool again could repeat its effect
+        return ToolException(message, suggestion="Check the payload store before calling again.")
+    return UnavailableError(message, suggestion="Try again later.")
+
+
+def store_arguments(
+    arguments: Mapping[str, Any], offloader: Offloader, threshold_bytes: int, ttl_s: float
+) -> dict[str, Any]:
+    """``arguments`` with each value over ``threshold_bytes`` stored and replaced by a marker."""
+    out = dict(arguments)
+    for name, value in arguments.items():
+        encoded = oversized(value, threshold_bytes)
+        if encoded is not None:
+            ref = offloader.put_encoded(encoded, ttl_s)
+            out[name] = {ARGUMENT_MARKER: ref.model_dump(mode="json")}
+    return out
+
+
+def _marker(value: Any) -> PayloadRef | None:
+    if isinstance(value, dict) and len(value) == 1 and ARGUMENT_MARKER in value:
+        return PayloadRef.model_validate(value[ARGUMENT_MARKER])
+    return None
+
+
+def resolve_arguments(raw: Any, reader: PayloadReader) -> Any:
+    """Raw arguments with every stored one put back; a lost one is ``invalid_arguments``."""
+    if not isinstance(raw, dict):
+        return raw
+    out = dict(raw)
+    for name, value in raw.items():
+        ref = _marker(value)
+        if ref is None:
+            continue
+        try:
+            out[name] = reader.load(ref)
+        except PayloadUnavailableError as exc:
+            raise InvalidArgumentsError(
+                f"argument {name!r} was stored as payload {ref.key}, which cannot be read: {exc}",
+                suggestion="Call the tool again; the client stores the argument anew.",
+            ) from exc
+        except PayloadStoreUnavailableError as exc:
+            raise UnavailableError(f"argument {name!r} could not be fetched: {exc}") from exc
+    return out
+
+
+@dataclass(frozen=True)
+class WorkerPayloads:
+    """What a worker needs: the layer for results, the resolver for arguments."""
+
+    layer: PayloadLayer
+    reader: PayloadReader
+
+    def resolve(self, raw: Any) -> Any:
+        return resolve_arguments(raw, self.reader)
+
+
+def worker_payloads(settings: Settings, redis_url: str, clock: Clock) -> WorkerPayloads:
+    """The payload store of ``settings`` wired for a worker."""
+    store = open_store(settings, redis_url, clock)
+    return WorkerPayloads(
+        PayloadLayer(Offloader(store, clock), settings), PayloadReader(store, clock)
+    )
