@@ -20,6 +20,9 @@ from typing import Any, Literal
 import redis
 import redis.asyncio
 from celery import Celery
+from kombu.exceptions import OperationalError
+
+from executor import catalog as catalog_mod
 from executor.app import create_app
 from executor.breaker import BreakerPolicy, CircuitBreaker
 from executor.breaker_layer import refusal_for
@@ -27,17 +30,14 @@ from executor.clock import Clock, SystemClock
 from executor.connection import fail_fast_client, redis_client, redis_url, unavailable
 from executor.context import CallContext
 from executor.errors import BrokerUnavailableError, CircuitOpenError, ErrorType, UsageError
+from executor.execution import error_info, error_result
+from executor.keys import REPLY_TTL_S, Keys
 from executor.payloads import Offloader, PayloadPage, PayloadReader, open_store, store_arguments
 from executor.redaction import REPR_LIMIT, secret_names, shown_kwargs
 from executor.replies import ReplyBox
-from executor.validation import validate_against_schema
-from kombu.exceptions import OperationalError
-
-from executor import catalog as catalog_mod
-from executor.execution import error_info, error_result
-from executor.keys import REPLY_TTL_S, Keys
 from executor.results import ErrorInfo, PayloadRef, ToolResult
 from executor.settings import Settings
+from executor.validation import validate_against_schema
 
 __all__ = ["CallHandle", "ToolClient"]
 

@@ -20,6 +20,7 @@ from typing import Any
 import redis
 from celery import Celery, Task
 from celery.exceptions import Retry as CeleryRetry
+
 from executor.app import settings_of
 from executor.breaker import CircuitBreaker
 from executor.breaker_layer import BreakerLayer
@@ -27,19 +28,18 @@ from executor.clock import SystemClock
 from executor.connection import fail_fast_client, redis_client, redis_url
 from executor.context import CallContext
 from executor.errors import ErrorType
+from executor.execution import Executor, Final, Retry, error_result
+from executor.keys import Keys
 from executor.logs import call_fields
 from executor.metrics import metrics
 from executor.observe import CallObservers
 from executor.payloads import worker_payloads
 from executor.redaction import secret_names, shown_kwargs
-from executor.replies import deliver
-from executor.stats import CallStats
-
-from executor.execution import Executor, Final, Retry, error_result
-from executor.keys import Keys
 from executor.registry import ToolSpec
+from executor.replies import deliver
 from executor.results import ErrorInfo, ToolResult
 from executor.settings import Settings
+from executor.stats import CallStats
 
 __all__ = ["RetryLater", "ToolFailed", "ToolTask", "register_tool_task"]
 
