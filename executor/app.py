@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import Celery
 
-from executor.connection import redis_url
+from executor.connection import celery_url, redis_url
 from executor.settings import Settings
 
 __all__ = ["app", "celery_config", "create_app", "settings_of"]
@@ -24,9 +24,12 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     """Celery settings for toolexec; see ANCHORS §1 for why each matters."""
     state_url = redis_url(settings)
     transport = {"visibility_timeout": settings.visibility_timeout}
+    # sentinel:// needs master_name in the transport options; rediss:// an ssl_cert_reqs.
+    broker, broker_options = celery_url(settings.broker_url or state_url)
+    backend, backend_options = celery_url(state_url)
     return {
-        "broker_url": settings.broker_url or state_url,
-        "result_backend": state_url,
+        "broker_url": broker,
+        "result_backend": backend,
         # JSON only: a pickle message from an untrusted producer would run code.
         "task_serializer": "json",
         "result_serializer": "json",
@@ -38,8 +41,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_acks_late": True,
         "task_retry_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
-        "broker_transport_options": transport,
-        "result_backend_transport_options": transport,
+        "broker_transport_options": {**transport, **broker_options},
+        "result_backend_transport_options": {**transport, **backend_options},
         "broker_connection_retry_on_startup": True,
         "broker_pool_acquire_timeout": 10.0,
         "task_default_queue": settings.default_queue,

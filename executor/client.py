@@ -27,7 +27,13 @@ from executor.app import create_app
 from executor.breaker import BreakerPolicy, CircuitBreaker
 from executor.breaker_layer import refusal_for
 from executor.clock import Clock, SystemClock
-from executor.connection import fail_fast_client, redis_client, redis_url, unavailable
+from executor.connection import (
+    async_redis_client,
+    fail_fast_client,
+    redis_client,
+    redis_url,
+    unavailable,
+)
 from executor.context import CallContext
 from executor.errors import BrokerUnavailableError, CircuitOpenError, ErrorType, UsageError
 from executor.execution import error_info, error_result
@@ -367,7 +373,7 @@ class ToolClient:
         boxes = self._group(batch)
         wait = self._wait_for(batch, None)
         end = time.monotonic() + wait
-        client = redis.asyncio.Redis.from_url(self._url, decode_responses=True)
+        client = async_redis_client(self._url)
         try:
             for box in boxes.values():
                 await box.acollect(client, max(0.0, end - time.monotonic()))

@@ -3,22 +3,46 @@
 With no ``TOOLEXEC_REDIS_URL`` the embedded server is started or found here;
 with one, any Redis >= 6 or Valkey. URLs are shown only with the password
 masked, because they end up in error messages and logs.
+
+Three kinds of URL work for toolexec's state and for the broker alike:
+``redis://[:password@]host:port/db``; ``rediss://`` for TLS, with redis-py's
+query parameters (``?ssl_cert_reqs=required&ssl_ca_certs=/path/ca.pem``); and
+Redis Sentinel for high availability, in Celery's form plus the master's name:
+``sentinel://[:password@]host1:26379/0;sentinel://host2:26379/0?master_name=mymaster``.
+The password is the master's; :func:`celery_url` turns such a URL into what
+Celery takes (the URL, and ``master_name`` in the transport options).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
+import redis.asyncio
+import redis.asyncio.sentinel
+import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from executor.embedded import ensure_embedded
-from executor.errors import RedisUnavailableError
+from executor.errors import ConfigurationError, RedisUnavailableError
 from executor.settings import Settings
 
-__all__ = ["fail_fast_client", "redact_url", "redis_client", "redis_url", "unavailable"]
+__all__ = [
+    "SentinelTarget",
+    "async_redis_client",
+    "celery_url",
+    "fail_fast_client",
+    "parse_sentinel",
+    "redact_url",
+    "redis_client",
+    "redis_url",
+    "unavailable",
+]
+
+_SENTINEL_PORT = 26379
 
 
 def redis_url(settings: Settings) -> str:
@@ -34,7 +58,102 @@ def redis_client(url: str, **kwargs: Any) -> redis.Redis:
     # redis-py 8 defaults socket_timeout to 5 s, which cuts a reply wait (BLPOP) short.
     kwargs.setdefault("socket_timeout", None)
     kwargs.setdefault("health_check_interval", 30)
-    return redis.Redis.from_url(url, decode_responses=True, **kwargs)
+    kwargs.setdefault("decode_responses", True)  # False for bytes (payloads)
+    if is_sentinel(url):
+        target = parse_sentinel(url)
+        sentinels = redis.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            target.sentinels, sentinel_kwargs=target.sentinel_kwargs(kwargs)
+        )
+        master: redis.Redis = sentinels.master_for(  # type: ignore[no-untyped-call]
+            target.master, **target.master_kwargs(), **kwargs
+        )
+        return master
+    return redis.Redis.from_url(url, **kwargs)
+
+
+def async_redis_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
+    """The asyncio twin of :func:`redis_client`, for callers that await replies."""
+    kwargs.setdefault("socket_connect_timeout", 5.0)
+    if is_sentinel(url):
+        target = parse_sentinel(url)
+        sentinels = redis.asyncio.sentinel.Sentinel(  # type: ignore[no-untyped-call]
+            target.sentinels, sentinel_kwargs=target.sentinel_kwargs(kwargs)
+        )
+        master: redis.asyncio.Redis = sentinels.master_for(
+            target.master, decode_responses=True, **target.master_kwargs(), **kwargs
+        )
+        return master
+    return redis.asyncio.Redis.from_url(url, decode_responses=True, **kwargs)
+
+
+def is_sentinel(url: str) -> bool:
+    return url.startswith("sentinel://")
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """A master behind Redis Sentinel: where the sentinels are and which master to ask for."""
+
+    sentinels: list[tuple[str, int]]
+    master: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+    def master_kwargs(self) -> dict[str, Any]:
+        return {"db": self.db, "username": self.username, "password": self.password}
+
+    @staticmethod
+    def sentinel_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Timeouts for the sentinels themselves (they need no password here)."""
+        return {k: v for k, v in kwargs.items() if k.startswith("socket_")}
+
+
+def parse_sentinel(url: str) -> SentinelTarget:
+    """The sentinels, master name, database and master credentials of a ``sentinel://`` URL."""
+    chunks = _chunks(url)
+    query = {k: v for chunk in chunks for k, v in parse_qsl(chunk.query)}
+    master = query.get("master_name")
+    if not master:
+        raise ConfigurationError(
+            f"{redact_url(url)} names no master: add ?master_name=<name> (the name the "
+            "sentinels monitor, e.g. mymaster) to the sentinel:// URL"
+        )
+    first = chunks[0]
+    path = first.path.strip("/")
+    return SentinelTarget(
+        sentinels=[(c.hostname or "127.0.0.1", c.port or _SENTINEL_PORT) for c in chunks],
+        master=master,
+        db=int(path) if path.isdigit() else 0,
+        username=unquote(first.username) if first.username else None,
+        password=unquote(first.password) if first.password else None,
+    )
+
+
+def _chunks(url: str) -> list[Any]:
+    return [urlsplit(chunk) for chunk in url.split(";") if chunk.strip()]
+
+
+def celery_url(url: str) -> tuple[str, dict[str, Any]]:
+    """``url`` as Celery's broker or result backend takes it, and the transport options it needs.
+
+    Celery reads a sentinel's master name from the transport options, not the
+    URL, and its backend refuses a ``rediss://`` URL without ``ssl_cert_reqs``
+    (redis-py's own default, ``required``, is added).
+    """
+    if is_sentinel(url):
+        master = parse_sentinel(url).master
+        bare = [c._replace(query=_without(c.query, "master_name")) for c in _chunks(url)]
+        return ";".join(urlunsplit(c) for c in bare), {"master_name": master}
+    parts = urlsplit(url)
+    if parts.scheme == "rediss" and "ssl_cert_reqs" not in dict(parse_qsl(parts.query)):
+        query = "&".join(q for q in (parts.query, "ssl_cert_reqs=required") if q)
+        return urlunsplit(parts._replace(query=query)), {}
+    return url, {}
+
+
+def _without(query: str, name: str) -> str:
+    return urlencode([(k, v) for k, v in parse_qsl(query) if k != name])
 
 
 def fail_fast_client(url: str) -> redis.Redis:
@@ -48,7 +167,9 @@ def fail_fast_client(url: str) -> redis.Redis:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``."""
+    """``url`` with any password replaced by ``***`` (in each of a sentinel URL's parts)."""
+    if ";" in url:
+        return ";".join(redact_url(chunk) for chunk in url.split(";"))
     parts = urlsplit(url)
     if parts.password is None:
         return url

@@ -476,6 +476,8 @@ class _Services:
             "TOOLEXEC_DEFAULT_QUEUE": settings.default_queue,
             "TOOLEXEC_TASK_EVENTS": "false",
             "TOOLEXEC_DATA_DIR": str(settings.data_dir),
+            # The demo's service listens on loopback, which http_request refuses by default.
+            "TOOLEXEC_HTTP_ALLOW": "127.0.0.1",
             SERVICE_URL_ENV: service_url,
         }
         # Run from the data directory: a ``tasks`` or ``executor`` package in the

@@ -3,11 +3,14 @@
 Responses with error statuses become the typed failures of
 :mod:`executor.classify` (429 and 5xx retried with Retry-After honoured,
 other 4xx returned to the model), so an agent can use a plain HTTP API
-without a tool of its own.
+without a tool of its own. It refuses loopback, private, link-local and
+cloud-metadata addresses unless ``TOOLEXEC_HTTP_ALLOW`` lists them
+(:mod:`executor.egress`).
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Annotated, Any, Literal
 
 import httpx
@@ -15,6 +18,7 @@ from pydantic import Field
 
 from executor.classify import classify_response
 from executor.clock import SystemClock
+from executor.egress import EgressPolicy, GuardedTransport
 from executor.registry import tool
 
 __all__ = ["http_request"]
@@ -31,6 +35,18 @@ _KEPT_HEADERS = (
 )
 
 
+@lru_cache(maxsize=8)
+def _egress(allowed: tuple[str, ...]) -> EgressPolicy:
+    return EgressPolicy.parse(allowed)
+
+
+def _guarded() -> GuardedTransport:
+    """A transport that refuses internal addresses unless ``TOOLEXEC_HTTP_ALLOW`` lists them."""
+    from executor.app import app, settings_of
+
+    return GuardedTransport(_egress(tuple(settings_of(app).http_allow)))
+
+
 @tool(timeout=30, max_attempts=3)
 def http_request(
     url: Annotated[str, Field(description="Absolute http(s) URL.", pattern=r"^https?://")],
@@ -41,7 +57,10 @@ def http_request(
     timeout: Annotated[float, Field(gt=0, le=120, description="Seconds for the request.")] = 10.0,
 ) -> dict[str, Any]:
     """Make an HTTP request and return its status, main headers and JSON or text body."""
-    with httpx.Client(timeout=timeout, follow_redirects=True) as client:
+    # trust_env=False: a proxy from the environment would connect past the guard.
+    with httpx.Client(
+        timeout=timeout, follow_redirects=True, transport=_guarded(), trust_env=False
+    ) as client:
         response = client.request(method, url, params=params, headers=headers, json=body)
     failure = classify_response(
         response.status_code,

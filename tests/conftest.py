@@ -70,6 +70,8 @@ def worker_env(settings: Settings) -> dict[str, str]:
         "TOOLEXEC_REDIS_URL": settings.redis_url or "",
         "TOOLEXEC_KEY_PREFIX": settings.key_prefix,
         "TOOLEXEC_DATA_DIR": str(settings.data_dir),
+        # FlakyServer listens on loopback, which http_request refuses unless allowed.
+        "TOOLEXEC_HTTP_ALLOW": "127.0.0.1",
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
     }
     if settings.broker_url:

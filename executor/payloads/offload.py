@@ -12,6 +12,7 @@ argument (a document to summarise), and the worker's
 from __future__ import annotations
 
 import hashlib
+import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -26,6 +27,7 @@ from executor.errors import (
     UnavailableError,
 )
 from executor.layers import Attempt, Outcome, Proceed
+from executor.metrics import record_offload
 from executor.payloads.encoding import Encoded, Index, encode
 from executor.payloads.preview import build_preview
 from executor.payloads.reader import INDEX_SUFFIX, PayloadReader
@@ -71,6 +73,35 @@ class Limits:
         return min(self.threshold_bytes, budget_bytes(self.token_budget))
 
 
+#: Above this, the body is hashed in a thread while the store writes it.
+_OVERLAP_BYTES = 1_000_000
+
+
+class _Digest:
+    """sha256 of ``data``, computed beside the caller: hashing and socket writes both
+    release the GIL, so at 10 MB the hash costs nothing on top of the write. A
+    thread per large payload, not a pool, so a forked (prefork) worker inherits
+    no pool whose threads did not survive the fork."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+        self._value = ""
+        self._thread: threading.Thread | None = None
+        if len(data) >= _OVERLAP_BYTES:
+            self._thread = threading.Thread(target=self._run, name="toolexec-sha256")
+            self._thread.start()
+
+    def _run(self) -> None:
+        self._value = hashlib.sha256(self._data).hexdigest()
+
+    def hexdigest(self) -> str:
+        if self._thread is None:
+            self._run()
+        else:
+            self._thread.join()
+        return self._value
+
+
 class Offloader:
     """Writes values (and their paging index) to a store and hands back references."""
 
@@ -79,29 +110,32 @@ class Offloader:
         self.clock = clock
 
     def put(self, value: Any, ttl_s: float) -> PayloadRef:
-        """Store ``value`` for ``ttl_s`` seconds; the body before the index, so an index
-        always has its body."""
+        """Store ``value`` for ``ttl_s`` seconds.
+
+        The body goes before its index: a reader that finds the index finds the body.
+        """
         return self.put_encoded(encode(value), ttl_s)
 
     def put_encoded(self, encoded: Encoded, ttl_s: float) -> PayloadRef:
         key = uuid.uuid4().hex
-        digest = hashlib.sha256(encoded.body).hexdigest()
+        digest = _Digest(encoded.body)
+        self.store.put(key, encoded.body, ttl_s)
+        sha256 = digest.hexdigest()
         index = Index(
             unit=encoded.unit,
             count=encoded.count,
             size_bytes=len(encoded.body),
             content_type=encoded.content_type,
-            sha256=digest,
+            sha256=sha256,
             marks=encoded.marks,
         )
-        self.store.put(key, encoded.body, ttl_s)
         self.store.put(key + INDEX_SUFFIX, index.to_bytes(), ttl_s)
         return PayloadRef(
             key=key,
             store=self.store.kind,
             size_bytes=len(encoded.body),
             content_type=encoded.content_type,
-            sha256=digest,
+            sha256=sha256,
             expires_at=self.clock.now() + ttl_s,
             unit=encoded.unit,
             count=encoded.count,
@@ -145,6 +179,7 @@ class PayloadLayer:
             ref = self.offloader.put_encoded(encoded, self.settings.payload_ttl_s)
         except PayloadStoreUnavailableError as exc:
             return replace(outcome, data=None, failure=_unstorable(attempt.spec, exc))
+        record_offload(attempt.tool, ref.size_bytes)
         preview = build_preview(outcome.data, ref, limits.token_budget)
         return replace(outcome, data=preview, payload=ref)
 

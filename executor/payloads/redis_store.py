@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import redis
 
+from executor.connection import redis_client
 from executor.errors import PayloadMissingError, PayloadStoreUnavailableError
 from executor.keys import Keys
 
@@ -33,7 +34,7 @@ class RedisPayloadStore:
 
     @classmethod
     def connect(cls, url: str, keys: Keys) -> RedisPayloadStore:
-        client = redis.Redis.from_url(url, socket_connect_timeout=5.0, health_check_interval=30)
+        client = redis_client(url, decode_responses=False, socket_timeout=5.0)
         return cls(client, keys)
 
     def put(self, key: str, data: bytes, ttl_s: float) -> None:

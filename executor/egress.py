@@ -1,0 +1,170 @@
+"""Where ``http_request`` may connect: public addresses, and what the operator allows.
+
+A model chooses the URL, and a model can be talked into anything by the text
+it reads (prompt injection), so ``http_request`` is a server-side request
+forgery tool unless it refuses internal targets: loopback, private networks,
+link-local addresses and the cloud metadata services (169.254.169.254 hands
+out the host's credentials on AWS, GCP and Azure). The check runs in an httpx
+transport, so it holds for every hop of a redirect, and it runs on the
+resolved address, then connects to that same address (the host name stays in
+the Host header and TLS SNI): a name that resolves to a public address when
+checked and to 127.0.0.1 when connecting (DNS rebinding) cannot slip through.
+
+``TOOLEXEC_HTTP_ALLOW`` lists what is reachable nonetheless: host names
+(``internal.example``, ``*.svc.cluster.local``), addresses and networks
+(``127.0.0.1``, ``10.0.0.0/8``, ``fd00::/8``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from executor.errors import ConfigurationError, ForbiddenError
+
+__all__ = ["EgressPolicy", "GuardedTransport", "forbidden_reason", "resolve"]
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Resolver = Callable[[str, int], list[str]]
+
+#: Instance metadata services: AWS, GCP, Azure, OpenStack (169.254.169.254), AWS over
+#: IPv6, ECS task metadata, Alibaba Cloud.
+METADATA = frozenset(
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "fd00:ec2::254", "169.254.170.2", "100.100.100.200")
+)
+
+
+def forbidden_reason(address: Address) -> str | None:
+    """Why ``address`` is not public (None when it is): the words a refusal uses."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    checks = (
+        (address in METADATA, "a cloud metadata service"),
+        (address.is_loopback, "a loopback address"),
+        (address.is_link_local, "a link-local address"),
+        (address.is_private, "a private address"),
+        (address.is_multicast, "a multicast address"),
+        (not address.is_global, "not a public address"),
+    )
+    return next((why for bad, why in checks if bad), None)
+
+
+def resolve(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to, in the resolver's order of preference."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+@dataclass(frozen=True)
+class EgressPolicy:
+    """The operator's exceptions to "public addresses only"."""
+
+    networks: tuple[Network, ...] = ()
+    hosts: frozenset[str] = frozenset()
+    suffixes: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, entries: Iterable[str]) -> EgressPolicy:
+        """From ``TOOLEXEC_HTTP_ALLOW`` entries: host names, ``*.suffix``, IPs or CIDRs."""
+        networks: list[Network] = []
+        hosts: set[str] = set()
+        suffixes: list[str] = []
+        for raw in entries:
+            entry = raw.strip().lower()
+            if not entry:
+                continue
+            if entry.startswith("*."):
+                suffixes.append(entry[1:])
+            elif _looks_numeric(entry):
+                networks.append(_network(entry))
+            else:
+                hosts.add(entry.rstrip("."))
+        return cls(tuple(networks), frozenset(hosts), tuple(suffixes))
+
+    def allows_host(self, host: str) -> bool:
+        name = host.lower().rstrip(".")
+        return name in self.hosts or name.endswith(self.suffixes)
+
+    def allows(self, address: Address) -> bool:
+        return forbidden_reason(address) is None or any(address in n for n in self.networks)
+
+    def pick(self, url: str, host: str, addresses: list[str]) -> str:
+        """The first address ``host`` may be reached at; ``forbidden`` when there is none."""
+        if self.allows_host(host):
+            return addresses[0]
+        parsed = [ipaddress.ip_address(a.split("%", 1)[0]) for a in addresses]
+        for raw, address in zip(addresses, parsed, strict=True):
+            if self.allows(address):
+                return raw
+        raise _refusal(url, host, parsed[0])
+
+
+def _looks_numeric(entry: str) -> bool:
+    return ":" in entry or entry.replace(".", "").replace("/", "").isdigit()
+
+
+def _network(entry: str) -> Network:
+    try:
+        return ipaddress.ip_network(entry, strict=False)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"TOOLEXEC_HTTP_ALLOW: {entry!r} is not an address or network ({exc}); "
+            "use e.g. 127.0.0.1, 10.0.0.0/8 or a host name"
+        ) from exc
+
+
+def _refusal(url: str, host: str, address: Address) -> ForbiddenError:
+    reason = forbidden_reason(address) or "not allowed"
+    where = host if host == str(address) else f"{host} ({address})"
+    return ForbiddenError(
+        f"http_request refused {url}: {where} is {reason}, which tools may not reach unless "
+        "the operator allows it in TOOLEXEC_HTTP_ALLOW",
+        suggestion="Use a public http(s) URL; internal and cloud-metadata addresses are not "
+        "reachable from this tool. Do not retry this URL.",
+        details={"url": url, "host": host, "address": str(address), "reason": reason},
+    )
+
+
+class GuardedTransport(httpx.BaseTransport):
+    """Checks each request's resolved address, then connects to exactly that address."""
+
+    def __init__(
+        self,
+        policy: EgressPolicy,
+        transport: httpx.BaseTransport | None = None,
+        resolver: Resolver = resolve,
+    ) -> None:
+        self.policy = policy
+        self.transport = transport or httpx.HTTPTransport()
+        self.resolver = resolver
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        host = url.host
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            addresses = self.resolver(host, port)
+        except OSError as exc:
+            raise httpx.ConnectError(f"cannot resolve {host}: {exc}", request=request) from exc
+        address = self.policy.pick(str(url), host, addresses)
+        extensions: dict[str, Any] = dict(request.extensions)
+        if url.scheme == "https":
+            extensions["sni_hostname"] = host  # certificate checked against the name
+        pinned = httpx.Request(
+            request.method,
+            url.copy_with(host=address),
+            headers=request.headers,  # keeps Host: the name, not the address
+            stream=request.stream,
+            extensions=extensions,
+        )
+        return self.transport.handle_request(pinned)
+
+    def close(self) -> None:
+        self.transport.close()

@@ -1,0 +1,46 @@
+"""Redis URLs toolexec takes: Sentinel parsing, what Celery is given, and masked passwords."""
+
+from __future__ import annotations
+
+import pytest
+
+from executor.connection import celery_url, parse_sentinel, redact_url
+from executor.errors import ConfigurationError
+
+SENTINELS = "sentinel://:pw@s1:26379/2;sentinel://s2:26380/2;sentinel://s3/2?master_name=mymaster"
+
+
+def test_a_sentinel_url_names_every_sentinel_the_master_its_database_and_password() -> None:
+    target = parse_sentinel(SENTINELS)
+
+    assert target.sentinels == [("s1", 26379), ("s2", 26380), ("s3", 26379)]
+    assert (target.master, target.db, target.password) == ("mymaster", 2, "pw")
+
+
+def test_a_sentinel_url_without_a_master_name_says_how_to_add_one() -> None:
+    with pytest.raises(ConfigurationError, match=r"\?master_name=") as caught:
+        parse_sentinel("sentinel://:secret@s1:26379/0")
+
+    assert "secret" not in str(caught.value)
+
+
+def test_celery_gets_the_sentinel_url_bare_and_the_master_name_as_a_transport_option() -> None:
+    url, options = celery_url(SENTINELS)
+
+    assert url == "sentinel://:pw@s1:26379/2;sentinel://s2:26380/2;sentinel://s3/2"
+    assert options == {"master_name": "mymaster"}
+
+
+def test_a_rediss_url_gets_the_certificate_check_celerys_backend_insists_on() -> None:
+    url, _ = celery_url("rediss://:pw@h:6380/0?ssl_ca_certs=/ca.pem")
+
+    assert url == "rediss://:pw@h:6380/0?ssl_ca_certs=/ca.pem&ssl_cert_reqs=required"
+    assert celery_url("rediss://h/0?ssl_cert_reqs=none") == ("rediss://h/0?ssl_cert_reqs=none", {})
+    assert celery_url("redis://h:6379/0") == ("redis://h:6379/0", {})
+
+
+def test_passwords_are_masked_in_every_part_of_a_url() -> None:
+    shown = redact_url("sentinel://:one@s1:26379/0;sentinel://:two@s2:26379/0")
+
+    assert "one" not in shown and "two" not in shown
+    assert shown == "sentinel://:***@s1:26379/0;sentinel://:***@s2:26379/0"
