@@ -27,7 +27,6 @@ from executor.errors import (
     UnavailableError,
 )
 from executor.layers import Attempt, Outcome, Proceed
-from executor.metrics import record_offload
 from executor.payloads.encoding import Encoded, Index, encode
 from executor.payloads.preview import build_preview
 from executor.payloads.reader import INDEX_SUFFIX, PayloadReader
@@ -179,6 +178,10 @@ class PayloadLayer:
             ref = self.offloader.put_encoded(encoded, self.settings.payload_ttl_s)
         except PayloadStoreUnavailableError as exc:
             return replace(outcome, data=None, failure=_unstorable(attempt.spec, exc))
+        # imported here: prometheus_client picks its multiprocess mode on first import,
+        # which must come after the worker's set-up, never from a client's import
+        from executor.metrics import record_offload
+
         record_offload(attempt.tool, ref.size_bytes)
         preview = build_preview(outcome.data, ref, limits.token_budget)
         return replace(outcome, data=preview, payload=ref)
