@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import redis
@@ -44,6 +44,7 @@ from executor.replies import ReplyBox
 from executor.results import ErrorInfo, PayloadRef, ToolResult
 from executor.settings import Settings
 from executor.validation import validate_against_schema
+from fallback.state import FALLBACK_TASK, ChainState
 
 __all__ = ["CallHandle", "ToolClient"]
 
@@ -65,6 +66,8 @@ class _Prepared:
     early: ToolResult | None
     #: Argument names the tool's schema marks secret, redacted in ``kwargsrepr``.
     secrets: frozenset[str] = frozenset()
+    #: The task to send instead of the tool's own: its fallback chain, while its breaker is open.
+    task: str | None = None
 
 
 class CallHandle:
@@ -292,6 +295,9 @@ class ToolClient:
             )
         refusal = self._breaker_refusal(tool, entry["policy"], parsed or {})
         if refusal is not None:
+            chain = self._fallback_instead(ctx, entry, parsed or {}, refusal)
+            if chain is not None:
+                return chain
             result = error_result(ctx, error_info(refusal), attempts=0, now=self.clock.now())
             return _Prepared(ctx, None, None, result)
         inline, problem = self._store_large_arguments(ctx, parsed or {})
@@ -300,6 +306,26 @@ class ToolClient:
         return _Prepared(
             ctx, inline, entry["policy"]["queue"], None, secret_names(entry["parameters"])
         )
+
+    def _fallback_instead(
+        self,
+        ctx: CallContext,
+        entry: dict[str, Any],
+        arguments: dict[str, Any],
+        refusal: CircuitOpenError,
+    ) -> _Prepared | None:
+        """While the breaker is open, a tool with a fallback chain starts it instead of failing.
+
+        The primary never runs; ``toolexec.fallback`` goes to the primary's queue,
+        where workers have the code of the chain's argument mappings.
+        """
+        policy = entry["policy"]
+        if not policy.get("fallbacks"):
+            return None
+        state = ChainState.begin(ctx.tool, policy["queue"], error_info(refusal), 0, arguments)
+        started = replace(ctx, fallback=state.to_json())
+        secrets = secret_names(entry["parameters"])
+        return _Prepared(started, arguments, policy["queue"], None, secrets, task=FALLBACK_TASK)
 
     def _breaker_refusal(
         self, tool: str, policy: dict[str, Any], arguments: dict[str, Any]
@@ -330,7 +356,7 @@ class ToolClient:
                 for p in todo:
                     kwargs = {"arguments": p.arguments, "context": p.ctx.to_json()}
                     self.app.send_task(
-                        f"tools.{p.ctx.tool}",
+                        p.task or f"tools.{p.ctx.tool}",
                         kwargs=kwargs,
                         kwargsrepr=_shown(kwargs, p.secrets),
                         task_id=p.ctx.call_id,

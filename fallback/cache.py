@@ -24,7 +24,7 @@ from executor.connection import fail_fast_client
 from executor.keys import Keys
 from executor.layers import Attempt, Outcome, Proceed
 from executor.normalize import arguments_hash
-from executor.registry import ToolSpec
+from executor.registry import Registry, ToolSpec
 from executor.settings import Settings
 from fallback.steps import LastGood
 
@@ -111,15 +111,19 @@ class LastGoodLayer:
     """Stores each success of a tool that has a cache step; never fails the call.
 
     Sits inside the breaker (a refused call stored nothing anyway) and outside
-    the payload layer, so that a large value is kept as its reference.
+    the payload layer, so that a large value is kept as its reference. The
+    chain is read from ``registry`` when given: ``Registry.set_fallbacks`` may
+    have added the cache step after the tool's task was made.
     """
 
-    def __init__(self, cache: LastGoodCache) -> None:
+    def __init__(self, cache: LastGoodCache, registry: Registry | None = None) -> None:
         self.cache = cache
+        self.registry = registry
 
     def __call__(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         outcome = proceed()
-        step = cache_step(attempt.spec)
+        spec = (self.registry.get(attempt.tool) if self.registry else None) or attempt.spec
+        step = cache_step(spec)
         if step is None or not outcome.ok or not outcome.ran:
             return outcome
         payload = getattr(outcome, "payload", None)

@@ -41,6 +41,7 @@ from executor.context import CallContext
 from executor.errors import CircuitOpenError
 from executor.execution import error_result
 from executor.keys import Keys
+from executor.redaction import secret_names, shown_kwargs
 from executor.registry import Registry, ToolSpec
 from executor.results import ErrorInfo, FallbackInfo, StepNote, ToolResult
 from executor.settings import Settings
@@ -58,12 +59,13 @@ Lookup = Callable[[str], dict[str, Any] | None]
 
 @dataclass(frozen=True)
 class Send:
-    """Publish the next step as its own task."""
+    """Publish the next step as its own task; ``shown`` is its ``kwargsrepr``, secrets redacted."""
 
     task: str
     kwargs: dict[str, Any]
     task_id: str
     queue: str | None
+    shown: str
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,7 @@ class ChainRunner:
         """
         if ctx.fallback is not None:
             return self._after_alternative(spec, ctx, result)
+        spec = self.registry.get(spec.name) or spec  # set_fallbacks may have come later
         if not spec.policy.fallbacks or not falls_back(result.error):
             return None
         assert result.error is not None
@@ -181,13 +184,29 @@ class ChainRunner:
 
     def _hand_on(self, ctx: CallContext, state: ChainState) -> Send:
         """The rest of the chain runs as ``toolexec.fallback`` where the primary's code is."""
+        return self._send(FALLBACK_TASK, state.queue, ctx, state, state.arguments)
+
+    def _send(
+        self, task: str, queue: str | None, ctx: CallContext, state: ChainState, arguments: Any
+    ) -> Send:
         state = state.sent()
-        return Send(
-            FALLBACK_TASK,
-            _message(ctx, state, state.arguments),
-            state.task_id(ctx.call_id),
-            state.queue,
-        )
+        kwargs = _message(ctx, state, arguments)
+        tools = {state.primary, task.removeprefix("tools.")}
+        secrets = frozenset().union(*(self._secret_names(tool) for tool in tools))
+        return Send(task, kwargs, state.task_id(ctx.call_id), queue, shown_kwargs(kwargs, secrets))
+
+    def _secret_names(self, tool: str) -> frozenset[str]:
+        """Arguments the tool's schema marks secret: kept out of logs, events and Flower."""
+        entry = self._entry(tool)
+        return secret_names(entry.get("parameters")) if entry else frozenset()
+
+    def explain_now(self, ctx: CallContext, reason: str) -> ToolResult:
+        """The chain's last word at once, when its next step cannot be sent (broker down)."""
+        state = ChainState.from_json(ctx.fallback or {})
+        note = StepNote(source=FALLBACK_TASK, outcome="failed", reason=reason)
+        explain = complete_chain(self._chain(state.primary))[-1]
+        assert isinstance(explain, Explain)
+        return self._explanation(explain, ctx, state.noted(note))
 
     # -- toolexec.fallback -----------------------------------------------------
 
@@ -240,14 +259,8 @@ class ChainRunner:
         refusal = _breaker_refusal(self.breakers, step.tool, policy, arguments)
         if refusal is not None:
             return None, _skip(state, step, f"circuit_open: {refusal.message}")
-        state = state.sent()
-        send = Send(
-            f"tools.{step.tool}",
-            _message(ctx, state, arguments),
-            state.task_id(ctx.call_id),
-            policy.get("queue") or self.default_queue,
-        )
-        return send, state
+        queue = policy.get("queue") or self.default_queue
+        return self._send(f"tools.{step.tool}", queue, ctx, state, arguments), state
 
     def _entry(self, tool: str) -> dict[str, Any] | None:
         local = self.registry.get(tool)

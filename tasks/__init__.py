@@ -14,6 +14,7 @@ from executor.app import app
 from executor.registry import default_registry
 from tasks import http
 from tasks.catalog_publisher import on_worker_ready, publish_catalog
+from tasks.fallback_task import register_fallback_task
 from tasks.tool_task import RetryLater, ToolFailed, ToolTask, register_tool_task
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
 ]
 
 default_registry.subscribe(lambda spec: register_tool_task(app, spec))
+register_fallback_task(app)  # toolexec.fallback: starts chains, runs cache and explanation
 signals.worker_ready.connect(on_worker_ready, weak=False)

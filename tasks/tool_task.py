@@ -35,11 +35,13 @@ from executor.metrics import metrics
 from executor.observe import CallObservers
 from executor.payloads import worker_payloads
 from executor.redaction import secret_names, shown_kwargs
-from executor.registry import ToolSpec
+from executor.registry import ToolSpec, default_registry
 from executor.replies import deliver
 from executor.results import ErrorInfo, ToolResult
 from executor.settings import Settings
 from executor.stats import CallStats
+from fallback.cache import LastGoodLayer, worker_cache
+from fallback.chain import ChainRunner
 
 __all__ = ["RetryLater", "ToolFailed", "ToolTask", "register_tool_task"]
 
@@ -69,6 +71,7 @@ class _WorkerState:
     redis: redis.Redis
     keys: Keys
     executor: Executor
+    chains: ChainRunner
     observers: CallObservers
 
 
@@ -88,6 +91,7 @@ def worker_state(celery_app: Celery) -> _WorkerState:
                 redis=redis_client(url),
                 keys=Keys(settings.key_prefix),
                 executor=build_executor(settings, url),
+                chains=ChainRunner.for_worker(settings, url, default_registry),
                 observers=build_observers(settings, url),
             )
         return _state
@@ -115,10 +119,11 @@ def build_executor(settings: Settings, url: str) -> Executor:
     )
     breakers.add_listener(metrics().on_transition)
     clock = SystemClock()
+    last_good = LastGoodLayer(worker_cache(settings, url, clock), default_registry)
     payloads = worker_payloads(settings, url, clock)
     return Executor(
         clock=clock,
-        layers=[BreakerLayer(breakers), payloads.layer],
+        layers=[BreakerLayer(breakers), last_good, payloads.layer],
         resolve_arguments=payloads.resolve,
     )
 
@@ -182,6 +187,16 @@ class ToolTask(Task):  # type: ignore[misc]
         """``kwargsrepr`` of a message this task sends, secrets redacted as the client does."""
         return shown_kwargs(kwargs or {}, secret_names(self.spec.json_schema()))
 
+    def _conclude(self, arguments: Any, ctx: CallContext, result: ToolResult) -> None:
+        """Deliver a final result, unless the tool's fallback chain takes the call over."""
+        action = worker_state(self.app).chains.after_final(self.spec, arguments, ctx, result)
+        if action is None:
+            self._finish(ctx, result)
+            return
+        from tasks.fallback_task import carry_out  # it builds on this module
+
+        carry_out(self, ctx, action)
+
     def _finish(self, ctx: CallContext, result: ToolResult) -> None:
         state = worker_state(self.app)
         ttl = max(0.0, ctx.deadline - state.executor.clock.now())
@@ -227,7 +242,7 @@ def _run_tool(self: ToolTask, arguments: Any, context: dict[str, Any]) -> dict[s
         raise RetryLater(verdict)
     assert isinstance(verdict, Final)
     result = verdict.result
-    self._finish(ctx, result)
+    self._conclude(arguments, ctx, result)
     if result.error is not None:
         raise ToolFailed(
             f"{result.error.type}: {result.error.message} (attempts: {result.attempts})"

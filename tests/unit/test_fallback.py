@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 import redis
@@ -22,6 +22,7 @@ from executor.context import CallContext
 from executor.errors import ConfigurationError, ErrorType, UnavailableError
 from executor.execution import Executor, Final, Verdict, error_info, error_result
 from executor.keys import Keys
+from executor.redaction import Secret
 from executor.registry import Registry, ToolSpec, tool
 from executor.results import ErrorInfo, StepNote, ToolResult
 from fallback import (
@@ -533,3 +534,39 @@ def test_a_chain_that_reaches_a_worker_without_the_primary_still_explains(
     answer = _delivered(runner.advance(ctx))
     assert answer.source == "explanation" and answer.error is not None
     assert "Continue without this tool" in (answer.error.suggestion or "")
+
+
+def test_secret_arguments_are_redacted_in_what_flower_shows_of_each_step(
+    registry: Registry, breakers: CircuitBreaker, cache: LastGoodCache, clock: ManualClock
+) -> None:
+    @tool(registry=registry, fallbacks=[Alternative("mirror")])
+    def fetch_private(url: str, token: Annotated[str, Secret]) -> str:
+        """Primary with a credential."""
+        return url
+
+    @tool(registry=registry)
+    def mirror(url: str, token: Annotated[str, Secret]) -> str:
+        """Alternative with the same credential."""
+        return url
+
+    runner = ChainRunner(registry, {}.get, breakers, cache, clock, "tools")
+    ctx = _ctx(clock, "fetch_private")
+    arguments = {"url": "https://x.test", "token": "s3cr3t-value"}
+    start = _sent(
+        runner.after_final(_spec(registry, "fetch_private"), arguments, ctx, _failed(ctx))
+    )
+    step = _sent(runner.advance(CallContext.from_json(start.kwargs["context"])))
+    for sent in (start, step):
+        assert "s3cr3t-value" not in sent.shown and "https://x.test" in sent.shown
+    assert step.kwargs["arguments"]["token"] == "s3cr3t-value"  # the tool itself gets it
+
+
+def test_a_step_that_cannot_be_sent_ends_the_chain_with_its_explanation_at_once(
+    runner: ChainRunner, tools: Registry, clock: ManualClock
+) -> None:
+    ctx = _started(runner, tools, _ctx(clock))
+    answer = runner.explain_now(ctx, "could not send tools.forecast_lite (OperationalError: down)")
+    assert answer.source == "explanation" and answer.error is not None
+    assert answer.error.suggestion == INSTEAD
+    assert answer.fallback is not None
+    assert answer.fallback.tried[-1].reason.startswith("could not send tools.forecast_lite")

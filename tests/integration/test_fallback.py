@@ -1,0 +1,189 @@
+"""Fallback chains end to end: real workers, real Redis, a scripted failing service.
+
+The tools (tests/fallback_tools.py) run on a worker of this module's own, on
+a queue nobody else consumes. Hits at the FlakyServer show which step of a
+chain ran; the worker's log shows that each step was a Celery task of its own.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fallback_tools import INSTEAD, QUEUE
+
+from executor.client import ToolClient
+from executor.errors import ErrorType
+from executor.results import ToolResult
+from executor.settings import Settings
+from executor.testing import FlakyServer, Reply, WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def worker_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fallback") / "worker.log"
+
+
+@pytest.fixture(scope="module")
+def fallback_worker(
+    settings: Settings, worker_env: dict[str, str], worker_log: Path
+) -> Iterator[WorkerProcess]:
+    proc = WorkerProcess(
+        "fallback_tools", worker_env, queues=QUEUE, concurrency=8, log_path=worker_log
+    )
+    proc.start(settings.redis_url or "", settings.key_prefix)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def tx(settings: Settings, fallback_worker: WorkerProcess) -> Iterator[ToolClient]:
+    with ToolClient(settings) as tool_client:
+        yield tool_client
+
+
+def _urls(flaky: FlakyServer, main: Reply, lite: Reply) -> tuple[str, str]:
+    return (
+        flaky.script(flaky.unique_path("forecast"), main),
+        flaky.script(flaky.unique_path("forecast-lite"), lite),
+    )
+
+
+def _path(url: str) -> str:
+    return "/" + url.split("/", 3)[3]
+
+
+def _hits(flaky: FlakyServer, url: str) -> int:
+    return len(flaky.hits(_path(url)))
+
+
+def _tried(result: ToolResult) -> list[tuple[str, str]]:
+    assert result.fallback is not None, result
+    return [(note.source, note.outcome) for note in result.fallback.tried]
+
+
+def test_a_primary_out_of_retries_is_answered_by_its_alternative_as_celery_tasks(
+    tx: ToolClient, flaky: FlakyServer, worker_log: Path
+) -> None:
+    # given a forecast service that keeps failing and a healthy lite one
+    main, lite = _urls(flaky, Reply(503), Reply(200, {"today": "sun"}))
+    call_id = uuid.uuid4().hex
+
+    # when the agent asks for a forecast
+    result = tx.call(
+        "forecast", {"city": "Oslo", "url": main, "lite_url": lite}, timeout=20, call_id=call_id
+    )
+
+    # then the lite variant answers, marked degraded, with the primary's error kept
+    assert result.ok and result.degraded and result.source == "forecast_lite", result
+    assert result.data == {"today": "sun"} and result.call_id == call_id
+    assert result.fallback is not None and result.fallback.primary_error.type == "unavailable"
+    assert result.for_model()["fallback"]["primary_error"]["type"] == "unavailable"
+    assert (_hits(flaky, main), _hits(flaky, lite)) == (2, 1)
+    # and each step ran as its own task, the chain start on the primary's queue
+    log = worker_log.read_text()
+    assert f"tools.forecast[{call_id}] received" in log
+    assert f"toolexec.fallback[{call_id}-fb1] received" in log
+    assert f"tools.forecast_lite[{call_id}-fb2] received" in log
+
+
+def test_when_the_alternative_fails_too_the_last_good_result_answers_with_its_age(
+    tx: ToolClient, flaky: FlakyServer
+) -> None:
+    # given a forecast for Bergen that succeeded once
+    main, lite = _urls(flaky, Reply(200, {"temp": 7}), Reply(200))
+    arguments = {"city": "Bergen", "url": main, "lite_url": lite}
+    first = tx.call("forecast", arguments, timeout=20)
+    assert first.ok and not first.degraded
+
+    # when both the service and its lite variant fail
+    flaky.script(_path(main), Reply(503))
+    flaky.script(_path(lite), Reply(503))
+    second = tx.call("forecast", arguments, timeout=20)
+
+    # then the stored result comes back with its age, after the lite variant was tried
+    assert second.ok and second.degraded and second.source == "cache", second
+    assert second.data == {"temp": 7}
+    assert second.fallback is not None and second.fallback.age_s is not None
+    assert 0 < second.fallback.age_s < 20
+    assert _tried(second) == [("forecast_lite", "failed")]
+    assert (_hits(flaky, main), _hits(flaky, lite)) == (2, 2)
+
+
+def test_with_nothing_cached_the_explanation_tells_the_model_what_to_do(
+    tx: ToolClient, flaky: FlakyServer
+) -> None:
+    # given a city never forecast before, and both services failing
+    main, lite = _urls(flaky, Reply(503), Reply(502))
+
+    # when the agent asks
+    result = tx.call("forecast", {"city": "Tromsø", "url": main, "lite_url": lite}, timeout=20)
+
+    # then every step was tried in order and the explanation is the answer
+    assert result.status == "error" and result.degraded and result.source == "explanation"
+    assert result.error is not None and result.error.suggestion == INSTEAD
+    assert result.error.type == "unavailable"
+    assert _tried(result) == [("forecast_lite", "failed"), ("cache", "miss")]
+    assert INSTEAD in result.content()
+
+
+def test_invalid_arguments_go_back_to_the_model_without_any_fallback(
+    tx: ToolClient, flaky: FlakyServer
+) -> None:
+    # given a service that rejects the request as malformed (400)
+    main, lite = _urls(flaky, Reply(400, {"error": "unknown city"}), Reply(200))
+
+    # when the agent asks
+    result = tx.call("forecast", {"city": "Atlantis", "url": main, "lite_url": lite}, timeout=20)
+
+    # then the model sees its own mistake, and no fallback step ran
+    assert result.error is not None and result.error.type == ErrorType.INVALID_ARGUMENTS
+    assert not result.degraded and result.source is None and result.fallback is None
+    assert (_hits(flaky, main), _hits(flaky, lite)) == (1, 0)
+
+
+def test_an_alternative_that_would_overrun_the_deadline_is_skipped(
+    tx: ToolClient, flaky: FlakyServer
+) -> None:
+    # given a failing service whose alternative needs 5 s, and a caller with 3 s
+    main, lite = _urls(flaky, Reply(503), Reply(200))
+
+    # when the agent asks
+    result = tx.call("forecast_hurried", {"city": "Oslo", "url": main, "lite_url": lite}, timeout=3)
+
+    # then the alternative was skipped for the deadline, and the default explanation answered
+    assert result.source == "explanation" and result.degraded, result
+    assert _tried(result) == [("forecast_slow_lite", "skipped"), ("cache", "miss")]
+    assert result.fallback is not None
+    assert result.fallback.tried[0].reason.startswith("deadline: needs 5.0 s")
+    assert _hits(flaky, lite) == 0
+    assert result.elapsed_ms < 3000
+
+
+def test_while_the_breaker_is_open_the_client_starts_the_chain_without_the_primary(
+    tx: ToolClient, flaky: FlakyServer, worker_log: Path
+) -> None:
+    # given forecast_guarded's breaker opened by two failures (each answered by the chain)
+    main, lite = _urls(flaky, Reply(503), Reply(200, {"today": "rain"}))
+    arguments = {"city": "Oslo", "url": main, "lite_url": lite}
+    for _ in range(2):
+        assert tx.call("forecast_guarded", arguments, timeout=20).source == "forecast_lite"
+    assert _hits(flaky, main) == 2
+
+    # when the agent calls it again
+    call_id = uuid.uuid4().hex
+    result = tx.call("forecast_guarded", arguments, timeout=20, call_id=call_id)
+
+    # then the chain answered with circuit_open as the primary's error, and the primary never ran
+    assert result.ok and result.source == "forecast_lite" and result.data == {"today": "rain"}
+    assert result.fallback is not None
+    assert result.fallback.primary_error.type == ErrorType.CIRCUIT_OPEN
+    assert result.fallback.primary_attempts == 0
+    assert _hits(flaky, main) == 2 and _hits(flaky, lite) == 3
+    log = worker_log.read_text()
+    assert f"toolexec.fallback[{call_id}] received" in log
+    assert f"tools.forecast_guarded[{call_id}]" not in log
