@@ -43,3 +43,9 @@ def obs_breaking() -> None:
 def obs_parked() -> str:
     """Routed to a queue nobody consumes here."""
     return "ran"
+
+
+@tool(timeout=5, max_attempts=1, breaker=NO_BREAKER)
+def obs_big(size: int) -> str:
+    """A result too large to travel inline: it is stored and passed by reference."""
+    return "x" * size

@@ -260,6 +260,21 @@ def test_metrics_page_declares_fallback_and_offload_series(
         assert f"# TYPE {name} counter" in text
 
 
+def test_metrics_count_offloaded_results_and_their_bytes(
+    obs_client: ToolClient, metrics_port: int
+) -> None:
+    """Given a call whose 60 kB result is stored instead of travelling inline, a scrape counts
+    one offloaded result of at least that many bytes for its tool."""
+    result = obs_client.call("obs_big", {"size": 60_000})
+
+    assert result.ok and result.payload is not None, result
+    samples = _scrape(metrics_port)
+    offloaded = _value(samples, "toolexec_offloaded_payloads_total", tool="obs_big", kind="result")
+    stored = _value(samples, "toolexec_offloaded_bytes_total", tool="obs_big", kind="result")
+    assert offloaded == 1
+    assert (stored or 0) >= 60_000
+
+
 def test_a_prefork_worker_serves_the_sum_of_its_children(
     obs_settings: Settings,
     obs_env: dict[str, str],
