@@ -6,6 +6,10 @@ status, error type, attempts and elapsed time as fields: an operator can
 follow one agent run across workers with one query. ``toolexec worker``
 installs the formatter on the handlers Celery sets up, so Celery's own lines
 (received, succeeded, retry) become JSON too.
+
+Whatever the format, the worker never logs a message's body: at DEBUG
+Celery's pool would print each message it runs (up to 1024 characters of
+headers and body), and a body holds the call's arguments, secrets included.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from celery import signals
 
 from executor.results import ToolResult
 
-__all__ = ["JsonFormatter", "call_fields", "install"]
+__all__ = ["JsonFormatter", "NoMessageBodies", "call_fields", "install"]
 
 #: The attribute of a log record that carries structured fields (``extra={FIELDS: {...}}``).
 FIELDS = "toolexec"
@@ -69,6 +73,16 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str)
 
 
+class NoMessageBodies(logging.Filter):
+    """Keeps the arguments of a call out of Celery's DEBUG line about handing it to the pool."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith("TaskPool: Apply"):
+            record.msg = "TaskPool: Apply %s (message not logged: its arguments may hold secrets)"
+            record.args = record.args[:1] if isinstance(record.args, tuple) else ()
+        return True
+
+
 def _use_json(logger: logging.Logger | None = None, **_: Any) -> None:
     for handler in (logger or logging.getLogger()).handlers:
         handler.setFormatter(JsonFormatter())
@@ -76,6 +90,9 @@ def _use_json(logger: logging.Logger | None = None, **_: Any) -> None:
 
 def install(log_format: str) -> None:
     """Make the worker's log handlers write ``log_format`` (``text`` leaves Celery's own)."""
+    pool = logging.getLogger("celery.pool")
+    if not any(isinstance(f, NoMessageBodies) for f in pool.filters):
+        pool.addFilter(NoMessageBodies())
     if log_format == "json":
         signals.after_setup_logger.connect(_use_json, weak=False)
         signals.after_setup_task_logger.connect(_use_json, weak=False)

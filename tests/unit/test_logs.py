@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 
-from executor.logs import JsonFormatter, call_fields
+from executor.logs import JsonFormatter, NoMessageBodies, call_fields
 from executor.results import ErrorInfo, ToolResult
 
 
@@ -62,3 +62,22 @@ def test_an_exception_and_celerys_task_fields_are_kept_on_one_line() -> None:
     line = json.loads(text)
     assert (line["task_id"], line["task_name"]) == ("t1", "tools.fetch")
     assert "RuntimeError: boom" in line["exc_info"]
+
+
+def test_celerys_debug_line_about_a_message_never_carries_its_body() -> None:
+    """At DEBUG Celery's pool prints each message it runs, arguments included; the worker's
+    filter keeps only the target."""
+    record = logging.LogRecord(
+        "celery.pool",
+        logging.DEBUG,
+        __file__,
+        1,
+        "TaskPool: Apply %s (args:%s kwargs:%s)",
+        ("<fn>", "('tools.login', {...}, b'{\"token\": \"s3cret\"}')", "{}"),
+        None,
+    )
+
+    assert NoMessageBodies().filter(record)
+
+    assert "s3cret" not in record.getMessage()
+    assert record.getMessage().startswith("TaskPool: Apply <fn> (message not logged")
