@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from payload_support import FAKE_AWS, free_port, moto_s3
 
 from executor.clock import ManualClock
 from executor.errors import (
@@ -49,42 +49,11 @@ class Harness:
     expire: Callable[[str], None]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
     """moto's S3 in server mode on a free local port, with fake credentials."""
-    try:
-        from moto.server import ThreadedMotoServer
-    except ImportError as exc:  # pragma: no cover - moto is a dev dependency
-        pytest.skip(f"moto[server] is not installed ({exc}); pip install -e '.[dev]'")
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    try:
-        server.start()
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        pytest.skip(f"moto's S3 server could not start on 127.0.0.1:{port}: {exc}")
-    saved = {name: os.environ.get(name) for name in _FAKE_AWS}
-    os.environ.update(_FAKE_AWS)
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-
-
-_FAKE_AWS = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
+    with moto_s3() as endpoint:
+        yield endpoint
 
 
 def _s3(endpoint: str, clock: ManualClock, bucket: str) -> PayloadStore:
@@ -250,11 +219,11 @@ def test_an_s3_endpoint_that_does_not_answer_is_store_unavailable(
 ) -> None:
     settings = Settings(
         payload_store="s3://bucket/p",
-        payload_s3_endpoint_url=f"http://127.0.0.1:{_free_port()}",
+        payload_s3_endpoint_url=f"http://127.0.0.1:{free_port()}",
         payload_s3_region="us-east-1",
     )
     store = open_store(settings, "redis://unused", clock)
-    for name, value in _FAKE_AWS.items():
+    for name, value in FAKE_AWS.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(PayloadStoreUnavailableError, match="cannot reach S3"):
         store.get("k")
