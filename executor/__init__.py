@@ -16,6 +16,11 @@ from executor.errors import (
     InfrastructureError,
     InvalidArgumentsError,
     NotFoundError,
+    PayloadExpiredError,
+    PayloadIntegrityError,
+    PayloadMissingError,
+    PayloadStoreUnavailableError,
+    PayloadUnavailableError,
     PermanentError,
     RateLimitedError,
     RedisUnavailableError,
@@ -29,7 +34,7 @@ from executor.errors import (
     UsageError,
 )
 from executor.registry import Registry, ToolPolicy, ToolSpec, default_registry, tool
-from executor.results import ErrorInfo, Timings, ToolResult
+from executor.results import ErrorInfo, PayloadRef, Timings, ToolResult
 from executor.retry import Jitter, RetryDecision, RetryPolicy
 from executor.settings import Settings
 
@@ -47,6 +52,12 @@ __all__ = [
     "Jitter",
     "ManualClock",
     "NotFoundError",
+    "PayloadExpiredError",
+    "PayloadIntegrityError",
+    "PayloadMissingError",
+    "PayloadRef",
+    "PayloadStoreUnavailableError",
+    "PayloadUnavailableError",
     "PermanentError",
     "RateLimitedError",
     "RedisUnavailableError",
