@@ -6,12 +6,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-redis lint bench clean
+.PHONY: demo test test-redis lint bench clean test-rabbitmq test-e2e screenshot browser honcho
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,e2e]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -28,6 +28,30 @@ test: lint
 TEST_REDIS_URL ?= redis://127.0.0.1:6379
 test-redis: $(STAMP)
 	TOOLEXEC_TEST_REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest
+
+# The core integration modules with RabbitMQ as the broker (toolexec's state stays in
+# Redis: embedded, or TOOLEXEC_TEST_REDIS_URL).
+RABBITMQ_URL ?= amqp://guest:guest@127.0.0.1:5672//
+RABBITMQ_CORE = tests/integration/test_retries.py tests/integration/test_validation.py \
+	tests/integration/test_fanout.py tests/integration/test_timeouts.py \
+	tests/integration/test_celery_native.py tests/integration/test_worker_pools.py
+test-rabbitmq: $(STAMP)
+	TOOLEXEC_TEST_BROKER_URL=$(RABBITMQ_URL) $(BIN)/pytest $(RABBITMQ_CORE)
+
+# Debian's Chromium for the browser test (tests/e2e); Playwright drives it, nothing is downloaded.
+browser:
+	test -x /usr/lib/chromium/chromium || (apt-get update -qq && apt-get install -y -qq chromium chromium-driver)
+
+test-e2e: $(STAMP)
+	$(BIN)/pytest tests/e2e
+
+# Re-make docs/flower-tasks.png (the README's screenshot) with the browser test.
+screenshot: $(STAMP)
+	TOOLEXEC_UPDATE_DOCS=1 $(BIN)/pytest tests/e2e -k tasks_page
+
+# The Procfile's processes (Valkey, a worker, Flower) with honcho, on loopback.
+honcho: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/honcho start
 
 bench: $(STAMP)
 	$(BIN)/python bench/overhead.py

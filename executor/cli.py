@@ -32,6 +32,16 @@ def _import_tools(modules: list[str]) -> None:
             ) from exc
 
 
+def _autoscale_pool(pool: str | None, autoscale: str | None) -> str | None:
+    """Autoscaling grows and shrinks processes: only prefork can (threads stays at MIN)."""
+    if not autoscale or pool in (None, "prefork"):
+        return "prefork" if autoscale else pool
+    raise click.ClickException(
+        f"--autoscale works with the prefork pool only, not {pool!r}: drop --pool, "
+        "or use --concurrency with the threads pool"
+    )
+
+
 @click.group()
 def cli() -> None:
     """A distributed executor for LLM agents' tool calls, on Celery and Redis."""
@@ -42,7 +52,7 @@ def cli() -> None:
 @click.option("--queues", "-Q", default="", help="Queues to consume (default: every tool's queue).")
 @click.option("--concurrency", "-c", type=int, default=None, help="Calls in parallel.")
 @click.option("--pool", "-P", default=None, help="threads (default), prefork, gevent, solo.")
-@click.option("--autoscale", default=None, help="MAX,MIN processes (prefork only).")
+@click.option("--autoscale", default=None, help="MAX,MIN processes (implies the prefork pool).")
 @click.option("--hostname", "-n", default=None, help="Worker name (default: unique per process).")
 @click.option("--loglevel", "-l", default="INFO")
 @click.option(
@@ -62,6 +72,7 @@ def worker(
     metrics_port: int | None,
 ) -> None:
     """Run a worker that executes tool calls."""
+    pool = _autoscale_pool(pool, autoscale)
     if tools:
         os.environ["TOOLEXEC_TOOLS"] = tools
     from executor.app import app, settings_of

@@ -6,6 +6,7 @@ module) never receives one of their messages, and none shares a breaker.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Annotated
 
@@ -19,6 +20,7 @@ NO_BREAKER = BreakerPolicy(enabled=False)
 OPS_QUEUE = "ops"
 FAST_QUEUE = "pool-fast"
 SLOW_QUEUE = "pool-slow"
+AUTOSCALE_QUEUE = "pool-auto"
 
 
 @tool(queue=OPS_QUEUE, timeout=5, breaker=NO_BREAKER)
@@ -65,9 +67,8 @@ def quick_lookup(key: str) -> str:
     return key.upper()
 
 
-@tool(queue=FAST_QUEUE, timeout=5, max_attempts=1, breaker=NO_BREAKER)
-def whoami() -> int:
-    """The worker process serving the call, to tell prefork children apart."""
-    import os
-
+@tool(queue=AUTOSCALE_QUEUE, timeout=10, max_attempts=1, breaker=NO_BREAKER)
+def hold(seconds: float) -> int:
+    """Hold a slot for ``seconds``; returns the process that served it (prefork children)."""
+    time.sleep(seconds)
     return os.getpid()

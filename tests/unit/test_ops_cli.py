@@ -59,3 +59,19 @@ def test_embedded_serve_runs_a_broker_safe_valkey(tmp_path: Path) -> None:
     assert pairs["--maxmemory-policy"] == "noeviction"
     assert pairs["--appendonly"] == "yes"
     assert pairs["--dir"] == str(tmp_path) and pairs["--port"] == "6390"
+
+
+def test_autoscale_with_the_threads_pool_is_refused_before_anything_starts() -> None:
+    """Threads cannot grow: the worker would silently serve one call at a time."""
+    result = CliRunner().invoke(cli, ["worker", "--autoscale", "4,1", "--pool", "threads"])
+    assert result.exit_code == 1
+    assert "--autoscale works with the prefork pool only" in result.output
+
+
+def test_autoscale_without_a_pool_picks_prefork() -> None:
+    from executor.cli import _autoscale_pool
+
+    assert _autoscale_pool(None, "4,1") == "prefork"
+    assert _autoscale_pool("prefork", "4,1") == "prefork"
+    assert _autoscale_pool("gevent", None) == "gevent"
+    assert _autoscale_pool(None, None) is None
