@@ -12,6 +12,7 @@ import click
 
 from executor.breaker_cli import breakers
 from executor.errors import ToolexecError
+from executor.faults_cli import faults
 from executor.ops_cli import flower, serve_embedded
 from executor.status import status
 
@@ -181,6 +182,7 @@ def embedded_stop() -> None:
 
 
 cli.add_command(breakers)
+cli.add_command(faults)
 cli.add_command(status)
 cli.add_command(flower)
 embedded.add_command(serve_embedded)

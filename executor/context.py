@@ -25,6 +25,14 @@ class CallContext:
     previous_delay: float | None = None
     run_s: float = 0.0
     backoff_s: float = 0.0
+    #: Times a shared rate limit deferred the call (``executor.ratelimit``): Celery
+    #: counts those as retries, but they used no attempt.
+    deferrals: int = 0
+    #: The attempt whose rate-limit slot was reserved before it was deferred: it
+    #: runs without asking the limiter again.
+    slot_for: int | None = None
+    #: Some attempt of this call met an injected fault (``executor.faults``).
+    injected: bool = False
     #: A fallback chain in progress (``fallback.state.ChainState`` as JSON): the
     #: primary's error, the steps tried, the original arguments.
     fallback: dict[str, Any] | None = None
@@ -45,3 +53,7 @@ class CallContext:
 
     def before_retry(self, delay: float) -> CallContext:
         return replace(self, previous_delay=delay, backoff_s=self.backoff_s + delay)
+
+    def deferred(self, attempt: int) -> CallContext:
+        """Before waiting in the queue for the rate-limit slot reserved for ``attempt``."""
+        return replace(self, deferrals=self.deferrals + 1, slot_for=attempt)

@@ -22,8 +22,10 @@ misuse or broken infrastructure, never a tool's own failure::
         │   ├── ToolTimeoutError           timeout
         │   ├── ToolConnectionError        connection_error
         │   ├── RateLimitedError           rate_limited (honours retry_after)
+        │   │   └── ThrottledError             rate_limited by toolexec's own shared limit
         │   ├── UnavailableError           unavailable (5xx)
-        │   └── CircuitOpenError           circuit_open (the tool's breaker refused the call)
+        │   ├── CircuitOpenError           circuit_open (the tool's breaker refused the call)
+        │   └── RetryBudgetExhaustedError  retry_budget_exhausted (too many retries fleet-wide)
         └── PermanentError             retrying the same call cannot help
             ├── InvalidArgumentsError      invalid_arguments (400, 422, schema)
             ├── UnauthorizedError          unauthorized (401)
@@ -59,6 +61,8 @@ __all__ = [
     "PermanentError",
     "RateLimitedError",
     "RedisUnavailableError",
+    "RetryBudgetExhaustedError",
+    "ThrottledError",
     "ToolConnectionError",
     "ToolException",
     "ToolTimeoutError",
@@ -87,6 +91,7 @@ class ErrorType(StrEnum):
     DEADLINE_EXCEEDED = "deadline_exceeded"
     INTERNAL_ERROR = "internal_error"
     CIRCUIT_OPEN = "circuit_open"
+    RETRY_BUDGET_EXHAUSTED = "retry_budget_exhausted"
     # The run guard's verdicts (executor.guard): not failures of a tool, so never retried.
     TOOL_DISABLED = "tool_disabled"
     RUN_ABORTED = "run_aborted"
@@ -202,6 +207,39 @@ class RateLimitedError(TransientError):
 
 class UnavailableError(TransientError):
     error_type = ErrorType.UNAVAILABLE
+
+
+class ThrottledError(RateLimitedError):
+    """toolexec's own shared rate limit held the call back; the service was not called.
+
+    ``reserved`` means a slot ``retry_after`` seconds from now is kept for
+    this call, and the worker defers it that long without using an attempt;
+    False when no slot comes before the call's deadline (the call ends).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float,
+        reserved: bool,
+        suggestion: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message, retry_after=retry_after, suggestion=suggestion, details=details)
+        self.reserved = reserved
+
+
+class RetryBudgetExhaustedError(TransientError):
+    """A transient failure that was not retried: the tool's retry budget is spent.
+
+    Retrying was refused to protect a service that fails for many callers at
+    once (``executor.budget``), so the primary is as good as unavailable: a
+    fallback chain treats this like ``unavailable`` or ``circuit_open``.
+    ``details["last_error"]`` is the failure that was not retried.
+    """
+
+    error_type = ErrorType.RETRY_BUDGET_EXHAUSTED
 
 
 class CircuitOpenError(TransientError):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 import httpx
 import pydantic
@@ -23,7 +23,13 @@ from pydantic_core import to_jsonable_python
 from executor.classify import classify_exception, classify_response
 from executor.clock import Clock, SystemClock
 from executor.context import CallContext
-from executor.errors import ErrorType, InvalidArgumentsError, ToolException, ToolTimeoutError
+from executor.errors import (
+    ErrorType,
+    InvalidArgumentsError,
+    ThrottledError,
+    ToolException,
+    ToolTimeoutError,
+)
 from executor.layers import Attempt, Layer, Outcome, compose
 from executor.registry import ToolSpec
 from executor.results import ErrorInfo, Timings, ToolResult
@@ -32,9 +38,11 @@ from executor.runner import Runner
 from executor.validation import describe_validation_error
 
 __all__ = [
+    "Defer",
     "Executor",
     "Final",
     "Retry",
+    "RetryGate",
     "Verdict",
     "deadline_info",
     "error_info",
@@ -58,7 +66,27 @@ class Retry:
     context: CallContext
 
 
-Verdict = Final | Retry
+@dataclass(frozen=True)
+class Defer:
+    """Run this same attempt again after ``delay`` seconds; it used no attempt.
+
+    A shared rate limit reserved a slot that far ahead (``executor.ratelimit``):
+    the call waits in the queue instead of calling the service.
+    """
+
+    delay: float
+    context: CallContext
+
+
+Verdict = Final | Retry | Defer
+
+
+class RetryGate(Protocol):
+    """Has the last word on a retry the policy wants (the fleet-wide retry budget)."""
+
+    def refusal(self, attempt: Attempt, failure: ToolException) -> ToolException | None:
+        """None lets the retry go ahead; an error ends the call with it instead."""
+        ...
 
 
 def error_info(error: ToolException) -> ErrorInfo:
@@ -82,6 +110,7 @@ def error_result(
         call_id=ctx.call_id,
         run_id=ctx.run_id,
         error=info,
+        injected=ctx.injected,
         attempts=attempts,
         elapsed_ms=_elapsed_ms(ctx, now),
         timings=_timings(ctx, now),
@@ -136,6 +165,7 @@ class Executor:
         rng: random.Random | None = None,
         layers: Sequence[Layer] = (),
         resolve_arguments: Callable[[Any], Any] | None = None,
+        retry_gate: RetryGate | None = None,
     ) -> None:
         self.runner = runner or Runner()
         self.clock = clock or SystemClock()
@@ -143,6 +173,7 @@ class Executor:
         self.layers = tuple(layers)
         # puts back arguments the client stored outside the message (executor.payloads)
         self.resolve_arguments = resolve_arguments
+        self.retry_gate = retry_gate
 
     def attempt(
         self, spec: ToolSpec, raw_arguments: Any, ctx: CallContext, attempt: int
@@ -185,8 +216,12 @@ class Executor:
         outcome = compose(self.layers, current, lambda: self._body(spec, kwargs, limit))
         end = self.clock.now()
         ctx = ctx.after_attempt(outcome.duration_s)
+        if outcome.injected:
+            ctx = replace(ctx, injected=True)
         attempts = attempt if outcome.ran else attempt - 1
         failure = outcome.failure
+        if isinstance(failure, ThrottledError):
+            return _throttled(failure, ctx, attempt, end)
         if failure is None:
             return Final(
                 ToolResult(
@@ -196,6 +231,7 @@ class Executor:
                     run_id=ctx.run_id,
                     data=outcome.data,
                     payload=outcome.payload,
+                    injected=ctx.injected,
                     attempts=attempts,
                     elapsed_ms=_elapsed_ms(ctx, end),
                     timings=_timings(ctx, end),
@@ -205,7 +241,7 @@ class Executor:
             return Final(
                 error_result(ctx, deadline_info(ctx, failure, attempts), attempts=attempts, now=end)
             )
-        return self._after_failure(spec, failure, ctx, attempts, end)
+        return self._after_failure(spec, failure, ctx, attempts, end, current)
 
     def _body(self, spec: ToolSpec, kwargs: dict[str, Any], limit: float) -> Outcome:
         """Run the tool itself and classify whatever it raised or returned."""
@@ -222,7 +258,13 @@ class Executor:
         return Outcome(data=data, duration_s=self.clock.now() - start)
 
     def _after_failure(
-        self, spec: ToolSpec, failure: ToolException, ctx: CallContext, attempt: int, now: float
+        self,
+        spec: ToolSpec,
+        failure: ToolException,
+        ctx: CallContext,
+        attempt: int,
+        now: float,
+        current: Attempt | None = None,
     ) -> Verdict:
         decision = decide(
             spec.policy.retry,
@@ -234,6 +276,9 @@ class Executor:
             previous_delay=ctx.previous_delay,
             rng=self.rng,
         )
+        refusal = self._gate(current, failure) if decision.retry else None
+        if refusal is not None:
+            return Final(error_result(ctx, error_info(refusal), attempts=attempt, now=now))
         if decision.retry:
             return Retry(decision.delay, failure, ctx.before_retry(decision.delay))
         if decision.reason == "deadline":
@@ -241,6 +286,19 @@ class Executor:
         else:
             info = error_info(failure)
         return Final(error_result(ctx, info, attempts=attempt, now=now))
+
+    def _gate(self, current: Attempt | None, failure: ToolException) -> ToolException | None:
+        """The retry gate's refusal of a retry the policy wants, if it has one."""
+        if self.retry_gate is None or current is None:
+            return None
+        return self.retry_gate.refusal(current, failure)
+
+
+def _throttled(failure: ThrottledError, ctx: CallContext, attempt: int, now: float) -> Verdict:
+    """Wait in the queue for the reserved rate-limit slot, or end when none fits the deadline."""
+    if failure.reserved and now + (failure.retry_after or 0.0) < ctx.deadline:
+        return Defer(failure.retry_after or 0.0, ctx.deferred(attempt))
+    return Final(error_result(ctx, error_info(failure), attempts=attempt - 1, now=now))
 
 
 def _jsonable(value: Any, now: float) -> Any:

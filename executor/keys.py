@@ -113,6 +113,47 @@ class Keys:
         """
         return f"{self.prefix}:payload:{key}"
 
+    def budget(self, name: str) -> str:
+        """Hash: one retry budget (``executor.budget``): calls and retries per bucket, or tokens.
+
+        TTL: twice the window of a ratio budget, refreshed by every call (older
+        buckets no longer count); :data:`BUDGET_IDLE_TTL_S` for a token bucket,
+        which then starts full again.
+        """
+        return f"{self.prefix}:budget:{{{name}}}"
+
+    def rate_limit(self, name: str) -> str:
+        """String: a shared rate limit's theoretical arrival time (GCRA, epoch s).
+
+        TTL: until that time plus a second: past it the limit is idle, and an
+        absent key means the same as a time in the past.
+        """
+        return f"{self.prefix}:ratelimit:{{{name}}}"
+
+    def faults(self) -> str:
+        """Hash: tool name -> JSON fault-injection config set by ``toolexec faults set``.
+
+        No TTL: a fault stays until ``toolexec faults clear``; workers ignore it
+        unless started with ``TOOLEXEC_FAULTS_ENABLED=true``.
+        """
+        return f"{self.prefix}:faults"
+
+    def fault_sequence(self, tool: str) -> str:
+        """String: how many attempts of ``tool`` the fault config has drawn for.
+
+        The n-th attempt's fate is a function of (seed, n) alone, so a seed
+        replays the same sequence across workers. Deleted when the config is
+        set or cleared; TTL :data:`FAULT_SEQUENCE_TTL_S`, refreshed per attempt.
+        """
+        return f"{self.prefix}:faults:{{{tool}}}:n"
+
+
+#: A token-bucket retry budget nobody touched for an hour starts full again:
+#: whatever failed then says nothing about the service now.
+BUDGET_IDLE_TTL_S = 3_600
+
+#: A fault sequence idle for a day is forgotten (its config stays).
+FAULT_SEQUENCE_TTL_S = 86_400
 
 #: A reply nobody collects within this long after its deadline is garbage.
 REPLY_TTL_S = 300

@@ -51,6 +51,7 @@ class Outcome:
     duration_s: float = 0.0
     ran: bool = True
     payload: PayloadRef | None = None
+    injected: bool = False  # an injected fault (executor.faults) shaped this outcome
 
     @property
     def ok(self) -> bool:

@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints, overload
 import pydantic
 
 from executor.breaker import BreakerPolicy
+from executor.budget import RetryBudgetPolicy
 from executor.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
+from executor.ratelimit import RateLimitPolicy
 from executor.retry import Jitter, RetryPolicy
 
 if TYPE_CHECKING:
@@ -45,6 +47,8 @@ class ToolPolicy:
     payload_threshold_bytes: int | None = None  # None: the settings' value (executor.payloads)
     payload_token_budget: int | None = None
     fallbacks: tuple[FallbackStep, ...] = ()  # fallback.steps; checked by check_chain
+    retry_budget: RetryBudgetPolicy = field(default_factory=RetryBudgetPolicy)
+    rate_limit: RateLimitPolicy | None = None  # None: unlimited
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:
@@ -69,6 +73,8 @@ class ToolPolicy:
             "breaker": self.breaker.to_json(),
             "breaker_key": self.breaker_key,
             "fallbacks": [step.describe() for step in self.fallbacks],
+            "retry_budget": self.retry_budget.to_json(),
+            "rate_limit": None if self.rate_limit is None else self.rate_limit.to_json(),
         }
 
 
@@ -222,6 +228,8 @@ def tool(
     payload_threshold_bytes: int | None = ...,
     payload_token_budget: int | None = ...,
     fallbacks: Sequence[FallbackStep] | None = ...,
+    retry_budget: RetryBudgetPolicy | None = ...,
+    rate_limit: RateLimitPolicy | None = ...,
     registry: Registry | None = ...,
 ) -> Callable[[F], F]: ...
 
@@ -246,6 +254,8 @@ def tool(
     payload_threshold_bytes: int | None = None,
     payload_token_budget: int | None = None,
     fallbacks: Sequence[FallbackStep] | None = None,
+    retry_budget: RetryBudgetPolicy | None = None,
+    rate_limit: RateLimitPolicy | None = None,
     registry: Registry | None = None,
 ) -> F | Callable[[F], F]:
     """Register a typed function (sync or ``async def``) as a tool.
@@ -260,6 +270,9 @@ def tool(
     settings of the same name for this tool's results (``executor.payloads``).
     ``fallbacks`` is the tool's chain (``fallback.Alternative``, ``LastGood``,
     ``Explain``), tried in order when it fails in a way the model cannot fix.
+    ``retry_budget`` caps the retries of all callers together (a 10% ratio by
+    default; ``executor.budget``); ``rate_limit`` holds the whole fleet to a
+    number of calls per second (``executor.ratelimit``; none by default).
     """
 
     def register(fn: F) -> F:
@@ -290,6 +303,8 @@ def tool(
             payload_threshold_bytes=payload_threshold_bytes,
             payload_token_budget=payload_token_budget,
             fallbacks=_checked_fallbacks(tool_name, fallbacks, side_effects),
+            retry_budget=retry_budget or RetryBudgetPolicy(),
+            rate_limit=rate_limit,
         )
         spec = ToolSpec(
             name=tool_name,

@@ -138,6 +138,11 @@ class ToolResult(BaseModel):
     payload: PayloadRef | None = Field(
         default=None, description="Where the whole value is when data is a preview."
     )
+    injected: bool = Field(
+        default=False,
+        description="An injected fault (executor.faults: an error, latency or a replaced "
+        "outcome) shaped some attempt of this call; only ever true in a test setup.",
+    )
     _loader: Callable[[PayloadRef], Any] | None = PrivateAttr(default=None)
     fallback: FallbackInfo | None = Field(
         default=None, description="With degraded: the primary's error and the steps tried."

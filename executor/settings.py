@@ -99,6 +99,18 @@ class Settings(BaseSettings):
     payload_s3_region: str | None = Field(
         default=None, description="Region of the S3 bucket; unset: boto3's default."
     )
+    faults_enabled: bool = Field(
+        default=False,
+        description="Apply fault-injection configs on this worker (tests only, never production).",
+    )
+    faults: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description='Fault configs per tool, as JSON: {"tool": {"rate": 0.3, "error": "timeout"}}.',
+    )
+    rate_limits: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description='Rate limits replacing tools\' own: {"tool": {"rate": 5, "burst": 10}}.',
+    )
     stats: bool = Field(
         default=True,
         description="Workers count calls per tool and minute in Redis, for `toolexec status`.",

@@ -24,16 +24,19 @@ from celery.exceptions import Retry as CeleryRetry
 from executor.app import settings_of
 from executor.breaker import CircuitBreaker
 from executor.breaker_layer import BreakerLayer
-from executor.clock import SystemClock
+from executor.budget import RetryBudget, RetryBudgetLayer
+from executor.clock import Clock, SystemClock
 from executor.connection import fail_fast_client, redis_client, redis_url
 from executor.context import CallContext
 from executor.errors import ErrorType
-from executor.execution import Executor, Final, Retry, error_result
+from executor.execution import Defer, Executor, Final, Retry, error_result
+from executor.faults import FaultConfig, FaultLayer, FaultStore
 from executor.keys import Keys
 from executor.logs import call_fields
 from executor.metrics import metrics
 from executor.observe import CallObservers
 from executor.payloads import worker_payloads
+from executor.ratelimit import RateLimiter, RateLimitLayer, RateLimitPolicy
 from executor.redaction import secret_names, shown_kwargs
 from executor.registry import ToolSpec, default_registry
 from executor.replies import deliver
@@ -43,7 +46,7 @@ from executor.stats import CallStats
 from fallback.cache import LastGoodLayer, worker_cache
 from fallback.chain import ChainRunner
 
-__all__ = ["RetryLater", "ToolFailed", "ToolTask", "register_tool_task"]
+__all__ = ["DeferLater", "RetryLater", "ToolFailed", "ToolTask", "register_tool_task"]
 
 log = logging.getLogger("toolexec.worker")
 
@@ -62,6 +65,14 @@ class RetryLater(Exception):
     def __init__(self, verdict: Retry) -> None:
         error = verdict.error
         super().__init__(f"{error.error_type}: {error.message}; retrying in {verdict.delay:.3f} s")
+        self.verdict = verdict
+
+
+class DeferLater(Exception):
+    """The tool's shared rate limit reserved a later slot: wait in the queue, using no attempt."""
+
+    def __init__(self, verdict: Defer) -> None:
+        super().__init__(f"rate limited by toolexec; waiting {verdict.delay:.3f} s for a slot")
         self.verdict = verdict
 
 
@@ -121,10 +132,42 @@ def build_executor(settings: Settings, url: str) -> Executor:
     clock = SystemClock()
     last_good = LastGoodLayer(worker_cache(settings, url, clock), default_registry)
     payloads = worker_payloads(settings, url, clock)
+    guards = load_guards(settings, url, keys, clock)
     return Executor(
         clock=clock,
-        layers=[BreakerLayer(breakers), last_good, payloads.layer],
+        layers=[
+            guards.rate_limit,
+            BreakerLayer(breakers),
+            guards.budget,
+            last_good,
+            payloads.layer,
+            guards.faults,
+        ],
         resolve_arguments=payloads.resolve,
+        retry_gate=guards.budget,
+    )
+
+
+@dataclass(frozen=True)
+class LoadGuards:
+    """What keeps the fleet from overloading a service: limit, budget, and chaos to test them."""
+
+    rate_limit: RateLimitLayer
+    budget: RetryBudgetLayer
+    faults: FaultLayer
+
+
+def load_guards(settings: Settings, url: str, keys: Keys, clock: Clock) -> LoadGuards:
+    """Shared rate limits, retry budgets and fault injection; their time is Redis TIME."""
+    client = fail_fast_client(url)
+    limits = {name: RateLimitPolicy.from_json(raw) for name, raw in settings.rate_limits.items()}
+    faults = {name: FaultConfig.from_json(raw) for name, raw in settings.faults.items()}
+    return LoadGuards(
+        rate_limit=RateLimitLayer(RateLimiter(client, keys), limits),
+        budget=RetryBudgetLayer(RetryBudget(client, keys)),
+        faults=FaultLayer(
+            FaultStore(client, keys), enabled=settings.faults_enabled, static=faults, clock=clock
+        ),
     )
 
 
@@ -132,7 +175,7 @@ class ToolTask(Task):  # type: ignore[misc]
     """Base class of every ``tools.<name>`` task."""
 
     spec: ToolSpec
-    autoretry_for = (RetryLater,)
+    autoretry_for = (RetryLater, DeferLater)
     throws = (ToolFailed,)
     acks_late = True
     ignore_result = True
@@ -150,9 +193,10 @@ class ToolTask(Task):  # type: ignore[misc]
         **options: Any,
     ) -> Any:
         """Retry with the policy's countdown and the context carried forward."""
-        if isinstance(exc, RetryLater):
+        if isinstance(exc, RetryLater | DeferLater):
             countdown = exc.verdict.delay
             kwargs = {**self.request.kwargs, "context": exc.verdict.context.to_json()}
+            max_retries = self._retries_allowed(exc)
         # Celery would show the retry's kwargs with saferepr, secrets and all.
         options.setdefault(
             "kwargsrepr", self._shown(self.request.kwargs if kwargs is None else kwargs)
@@ -171,7 +215,7 @@ class ToolTask(Task):  # type: ignore[misc]
         except CeleryRetry:
             raise
         except Exception as publish_error:
-            if not isinstance(exc, RetryLater):
+            if not isinstance(exc, RetryLater | DeferLater):
                 raise
             # The broker refused the retry: end the call now rather than leave the
             # caller waiting for a reply that would never come.
@@ -179,7 +223,7 @@ class ToolTask(Task):  # type: ignore[misc]
                 exc.verdict.context,
                 ErrorType.INTERNAL_ERROR,
                 f"a retry could not be scheduled ({type(publish_error).__name__}: "
-                f"{publish_error}); last error: {exc.verdict.error.message}",
+                f"{publish_error}); last error: {_last_error(exc)}",
             )
             raise
 
@@ -197,11 +241,21 @@ class ToolTask(Task):  # type: ignore[misc]
 
         carry_out(self, ctx, action)
 
+    def _retries_allowed(self, exc: RetryLater | DeferLater) -> int:
+        """Celery's cap on re-sends: it counts deferrals as retries, though they used no attempt.
+
+        A deferral is always allowed (the executor checked the deadline); a
+        retry gets the tool's own allowance plus the deferrals so far.
+        """
+        if isinstance(exc, DeferLater):
+            return int(self.request.retries) + 1
+        return int(self.max_retries) + exc.verdict.context.deferrals
+
     def _finish(self, ctx: CallContext, result: ToolResult) -> None:
         state = worker_state(self.app)
         ttl = max(0.0, ctx.deadline - state.executor.clock.now())
         deliver(state.redis, state.keys, ctx.reply_to, result, ttl)
-        state.observers.finished(ctx, self.request.retries + 1, result)
+        state.observers.finished(ctx, attempt_number(self.request.retries, ctx), result)
         log.info(
             "call %s tool=%s run=%s status=%s error=%s attempts=%d elapsed_ms=%.1f",
             result.call_id,
@@ -222,24 +276,37 @@ class ToolTask(Task):  # type: ignore[misc]
             retryable=True,
             suggestion="toolexec itself failed; try again later and report it if it persists.",
         )
-        self._finish(ctx, error_result(ctx, info, attempts=self.request.retries + 1, now=now))
+        attempts = attempt_number(self.request.retries, ctx)
+        self._finish(ctx, error_result(ctx, info, attempts=attempts, now=now))
+
+
+def _last_error(exc: RetryLater | DeferLater) -> str:
+    return exc.verdict.error.message if isinstance(exc, RetryLater) else str(exc)
+
+
+def attempt_number(retries: int, ctx: CallContext) -> int:
+    """This attempt's number: Celery's re-sends, less the rate-limit deferrals among them."""
+    return retries + 1 - ctx.deferrals
 
 
 def _run_tool(self: ToolTask, arguments: Any, context: dict[str, Any]) -> dict[str, Any]:
     ctx = CallContext.from_json(context)
     observers = worker_state(self.app).observers
-    observers.started(self.spec, ctx, self.request.retries + 1)
+    observers.started(self.spec, ctx, attempt_number(self.request.retries, ctx))
     try:
         verdict = worker_state(self.app).executor.attempt(
-            self.spec, arguments, ctx, self.request.retries + 1
+            self.spec, arguments, ctx, attempt_number(self.request.retries, ctx)
         )
     except Exception as exc:  # a bug in toolexec; the caller still gets an answer
         log.exception("internal error running %s", self.spec.name)
         self._finish_with_error(ctx, ErrorType.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
         raise
     if isinstance(verdict, Retry):
-        observers.retrying(self.spec, ctx, self.request.retries + 1, verdict.error.error_type)
+        number = attempt_number(self.request.retries, ctx)
+        observers.retrying(self.spec, ctx, number, verdict.error.error_type)
         raise RetryLater(verdict)
+    if isinstance(verdict, Defer):
+        raise DeferLater(verdict)
     assert isinstance(verdict, Final)
     result = verdict.result
     self._conclude(arguments, ctx, result)

@@ -1,0 +1,333 @@
+"""Retry budgets: how much load retries may add to a tool, for the whole fleet at once.
+
+A per-call limit does not bound load. When a service fails for everyone, each
+call retries up to ``max_attempts`` and the service gets about three times its
+load exactly when it can least take it; five layers of three retries make 243
+(ANCHORS §2). A retry budget caps retries as a share of all calls, counted for
+every worker together in Redis, so an outage costs ``1 + ratio`` times the
+load instead, and a blip still gets its retries.
+
+Two kinds, chosen per tool by :class:`RetryBudgetPolicy`:
+
+``ratio`` (Google SRE book; Finagle's RetryBudget)
+    over the last ``window_s`` seconds, retries may not exceed
+    ``max(min_retries, ratio * calls)``; ``calls`` counts each call once (its
+    first attempt), so retries stay under ``ratio`` of what agents asked for.
+    ``min_retries`` lets a quiet tool retry its rare failures.
+``tokens`` (gRPC A6 retry throttling)
+    a bucket starts full at ``max_tokens``; every transient failure takes one
+    token, every success gives back ``token_ratio``; retries are allowed only
+    while the bucket holds more than half.
+
+The executor asks :meth:`RetryBudget.spend` only once the retry policy has
+decided to retry, so a retry that would not happen costs no budget. State is
+one Redis hash per budget and every read-modify-write is one Lua script; time
+comes from the injected clock, else from Redis ``TIME`` so that hosts' clock
+skew cannot move the window. While Redis is unreachable budgets step aside
+(retries follow the retry policy alone) and a warning is logged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import redis
+
+from executor.clock import Clock
+from executor.errors import TRANSIENT_TYPES, ConfigurationError, RetryBudgetExhaustedError
+from executor.failopen import UNREACHABLE, FailOpen
+from executor.keys import BUDGET_IDLE_TTL_S, Keys
+
+if TYPE_CHECKING:  # the layer protocol's types; layers imports the registry, which imports us
+    from executor.errors import ToolException
+    from executor.layers import Attempt, Outcome, Proceed
+
+__all__ = ["BudgetView", "RetryBudget", "RetryBudgetLayer", "RetryBudgetPolicy", "budget_name"]
+
+#: A ratio window is counted in this many buckets: exact to a tenth of the window.
+BUCKETS = 10
+
+
+@dataclass(frozen=True)
+class RetryBudgetPolicy:
+    """How many retries a tool's callers may make together; see the module docstring.
+
+    ``key_argument`` names an argument holding a URL to keep one budget per
+    downstream host (``http_request@api.example.com``), as ``breaker_key`` does
+    for breakers. Every worker must use the same policy for one budget.
+    """
+
+    enabled: bool = True
+    kind: Literal["ratio", "tokens"] = "ratio"
+    ratio: float = 0.1
+    window_s: float = 10.0
+    min_retries: int = 10
+    max_tokens: float = 100.0
+    token_ratio: float = 0.1
+    key_argument: str | None = None
+
+    def __post_init__(self) -> None:
+        problems = [message for bad, message in self._checks() if bad]
+        if problems:
+            raise ConfigurationError("invalid retry budget: " + "; ".join(problems))
+
+    def _checks(self) -> list[tuple[bool, str]]:
+        return [
+            (
+                self.kind not in ("ratio", "tokens"),
+                f"kind must be ratio or tokens, not {self.kind}",
+            ),
+            (not 0 <= self.ratio <= 1, f"ratio must be in [0, 1], not {self.ratio}"),
+            (self.window_s <= 0, f"window_s must be positive, not {self.window_s}"),
+            (self.min_retries < 0, f"min_retries must be >= 0, not {self.min_retries}"),
+            (
+                not 0 < self.max_tokens <= 1000,
+                f"max_tokens must be in (0, 1000], not {self.max_tokens}",
+            ),
+            (
+                not 0 < self.token_ratio <= 1,
+                f"token_ratio must be in (0, 1], not {self.token_ratio}",
+            ),
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "kind": self.kind,
+            "ratio": self.ratio,
+            "window_s": self.window_s,
+            "min_retries": self.min_retries,
+            "max_tokens": self.max_tokens,
+            "token_ratio": self.token_ratio,
+            "key_argument": self.key_argument,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> RetryBudgetPolicy:
+        return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
+
+
+@dataclass(frozen=True)
+class BudgetView:
+    """One budget as a script saw it; ``allowed`` answers the question asked.
+
+    Ratio budgets fill ``calls``, ``retries`` and ``allowance`` (retries the
+    window allows); token budgets fill ``tokens``.
+    """
+
+    name: str
+    kind: str
+    allowed: bool
+    calls: float = 0.0
+    retries: float = 0.0
+    allowance: float = 0.0
+    tokens: float | None = None
+
+    def describe(self) -> str:
+        if self.tokens is not None:
+            return f"{self.tokens:.1f} tokens left, retries need more than half"
+        return (
+            f"{self.retries:.0f} retries for {self.calls:.0f} calls in its window "
+            f"(allowance {self.allowance:.1f})"
+        )
+
+
+# --- Lua --------------------------------------------------------------------
+# KEYS[1] = the budget's hash. ARGV[1] = now ('' = Redis TIME), ARGV[2] = the
+# operation. Numbers go back as '%.17g' strings (Redis truncates Lua numbers).
+
+_PRELUDE = r"""
+local KEY = KEYS[1]
+local function fmt(x) return string.format('%.17g', x) end
+local function clock(arg)
+  if arg ~= '' then return tonumber(arg) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+"""
+
+# ARGV[3..6] = window_s, ratio, min_retries, buckets. Fields 'c:<bucket>' and
+# 'r:<bucket>' count calls and retries; buckets older than the window are
+# deleted here, so the hash never holds more than 2 * buckets fields.
+_RATIO = r"""
+local now, op = clock(ARGV[1]), ARGV[2]
+local window, ratio, floor_, buckets =
+  tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local current = math.floor(now * buckets / window)
+local oldest = current - buckets + 1
+local raw = redis.call('HGETALL', KEY)
+local calls, retries, stale = 0, 0, {}
+for i = 1, #raw, 2 do
+  local kind, index = string.sub(raw[i], 1, 1), tonumber(string.sub(raw[i], 3))
+  if index == nil or index < oldest then table.insert(stale, raw[i])
+  elseif kind == 'c' then calls = calls + tonumber(raw[i + 1])
+  elseif kind == 'r' then retries = retries + tonumber(raw[i + 1]) end
+end
+if #stale > 0 then redis.call('HDEL', KEY, unpack(stale)) end
+local bucket = string.format('%d', current)
+if op == 'call' then
+  redis.call('HINCRBY', KEY, 'c:' .. bucket, 1)
+  calls = calls + 1
+end
+local allowance = math.max(floor_, ratio * calls)
+local allowed = retries < allowance
+if op == 'spend' and allowed then
+  redis.call('HINCRBY', KEY, 'r:' .. bucket, 1)
+  retries = retries + 1
+end
+if op ~= 'peek' then redis.call('PEXPIRE', KEY, math.ceil(window * 2000)) end
+return {allowed and 1 or 0, fmt(calls), fmt(retries), fmt(allowance)}
+"""
+
+# ARGV[3..5] = max_tokens, token_ratio, idle TTL (s). A bucket nobody touched
+# for the idle TTL expires and starts full again.
+_TOKENS = r"""
+local op = ARGV[2]
+local most, refund, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local tokens = tonumber(redis.call('HGET', KEY, 'tokens') or most)
+if op == 'fail' then tokens = math.max(0, tokens - 1)
+elseif op == 'succeed' then tokens = math.min(most, tokens + refund) end
+if op == 'fail' or op == 'succeed' then
+  redis.call('HSET', KEY, 'tokens', fmt(tokens))
+  redis.call('EXPIRE', KEY, ttl)
+end
+return {tokens > most / 2 and 1 or 0, fmt(tokens)}
+"""
+
+
+def budget_name(tool: str, policy: RetryBudgetPolicy, arguments: Mapping[str, Any]) -> str:
+    """``tool``, or ``tool@host`` for a budget kept per downstream host."""
+    # Imported here: breaker_layer imports the layers, which import the registry,
+    # which imports this module for RetryBudgetPolicy.
+    from executor.breaker_layer import breaker_name
+
+    return breaker_name(tool, policy.key_argument, arguments)
+
+
+class RetryBudget:
+    """Retry budgets in one Redis, under one key prefix; safe to share between threads."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys | None = None,
+        *,
+        clock: Clock | None = None,
+        idle_ttl_s: int = BUDGET_IDLE_TTL_S,
+    ) -> None:
+        self.redis = client
+        self.keys = keys or Keys()
+        self.clock = clock
+        self.idle_ttl_s = idle_ttl_s
+        self.fail_open = FailOpen("retry budgets", clock=clock)
+        self._ratio = client.register_script(_PRELUDE + _RATIO)
+        self._tokens = client.register_script(_PRELUDE + _TOKENS)
+
+    def record(
+        self, name: str, policy: RetryBudgetPolicy, *, first_attempt: bool, failed: bool
+    ) -> BudgetView | None:
+        """Feed the budget one attempt that reached the service (None: nothing to record).
+
+        Ratio budgets count first attempts only; token budgets count every
+        outcome, a transient failure costing a token and a success refunding.
+        """
+        if policy.kind == "ratio":
+            return self._ask(name, policy, "call") if first_attempt else None
+        return self._ask(name, policy, "fail" if failed else "succeed")
+
+    def spend(self, name: str, policy: RetryBudgetPolicy) -> BudgetView:
+        """Whether one retry may go ahead now; a ratio budget counts it if so."""
+        return self._ask(name, policy, "spend")
+
+    def peek(self, name: str, policy: RetryBudgetPolicy) -> BudgetView:
+        """Whether a retry would be allowed now, changing nothing."""
+        return self._ask(name, policy, "peek")
+
+    def _ask(self, name: str, policy: RetryBudgetPolicy, op: str) -> BudgetView:
+        blind = BudgetView(name=name, kind=policy.kind, allowed=True)
+        if not policy.enabled or self.fail_open.down():
+            return blind
+        now = "" if self.clock is None else repr(float(self.clock.now()))
+        keys = [self.keys.budget(name)]
+        try:
+            if policy.kind == "ratio":
+                args = [policy.window_s, policy.ratio, policy.min_retries, BUCKETS]
+                raw = self._ratio(keys=keys, args=[now, op, *args])
+                return BudgetView(
+                    name=name,
+                    kind="ratio",
+                    allowed=bool(int(raw[0])),
+                    calls=float(raw[1]),
+                    retries=float(raw[2]),
+                    allowance=float(raw[3]),
+                )
+            args = [policy.max_tokens, policy.token_ratio, self.idle_ttl_s]
+            raw = self._tokens(keys=keys, args=[now, op, *args])
+            return BudgetView(
+                name=name, kind="tokens", allowed=bool(int(raw[0])), tokens=float(raw[1])
+            )
+        except UNREACHABLE as exc:
+            self.fail_open.failed(exc, "retries follow the retry policy alone meanwhile")
+            return blind
+
+    def reset(self, name: str) -> None:
+        """Forget a budget's history (tests, and an operator after an incident)."""
+        self.redis.delete(self.keys.budget(name))
+
+
+def counts_against_budget(failure: ToolException | None) -> bool:
+    """A transient failure says the service struggles; a 404 or a 400 says it answered."""
+    return failure is not None and failure.error_type in TRANSIENT_TYPES
+
+
+class RetryBudgetLayer:
+    """Feeds each tool's budget on the way back, and is the executor's retry gate.
+
+    As a layer it records attempts that reached the service (not those a
+    breaker or the rate limiter refused); as a gate, :meth:`refusal` answers
+    whether a retry the policy wants may spend the budget. Tools that cannot
+    retry (``max_attempts`` 1) are left alone: no Redis round trip for them.
+    """
+
+    def __init__(self, budget: RetryBudget) -> None:
+        self.budget = budget
+
+    def __call__(self, attempt: Attempt, proceed: Proceed) -> Outcome:
+        outcome = proceed()
+        policy = attempt.spec.policy.retry_budget
+        if outcome.ran and _budgeted(attempt):
+            self.budget.record(
+                budget_name(attempt.tool, policy, attempt.arguments),
+                policy,
+                first_attempt=attempt.number == 1,
+                failed=counts_against_budget(outcome.failure),
+            )
+        return outcome
+
+    def refusal(self, attempt: Attempt, failure: ToolException) -> RetryBudgetExhaustedError | None:
+        """None when the retry may go ahead; else the error that ends the call now."""
+        if not _budgeted(attempt):
+            return None
+        policy = attempt.spec.policy.retry_budget
+        name = budget_name(attempt.tool, policy, attempt.arguments)
+        view = self.budget.spend(name, policy)
+        if view.allowed:
+            return None
+        return RetryBudgetExhaustedError(
+            f"{failure.error_type}: {failure.message} — not retried: the retry budget of "
+            f"{name!r} is spent ({view.describe()}); many calls to this service are failing",
+            suggestion="The service is failing for many callers and toolexec has stopped "
+            "retrying it so it can recover: use another tool or answer without this one, "
+            "and call it again later if still needed.",
+            details={
+                "budget": name,
+                "last_error": {"type": str(failure.error_type), "message": failure.message},
+            },
+        )
+
+
+def _budgeted(attempt: Attempt) -> bool:
+    policy = attempt.spec.policy
+    return policy.retry_budget.enabled and policy.retry.max_attempts > 1

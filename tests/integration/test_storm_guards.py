@@ -1,0 +1,135 @@
+"""Retry budget, shared rate limit and fault injection on two real worker processes.
+
+Both workers import ``storm_guard_tools`` and consume its queue, with fault
+injection enabled (a test setup, as it must be); the service is the
+FlakyServer, which records every request it gets.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from integration_support import gaps
+from storm_guard_tools import BUDGET, QUEUE
+
+from executor.client import ToolClient
+from executor.connection import redis_client
+from executor.errors import ErrorType
+from executor.faults import FaultConfig, FaultStore
+from executor.keys import Keys
+from executor.settings import Settings
+from executor.testing import FlakyServer, Reply, WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+CALLS = 40
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    settings: Settings,
+    worker_env: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[list[WorkerProcess]]:
+    """Two workers on the storm queue, fault injection enabled."""
+    here = str(Path(__file__).parent)
+    env = {
+        **worker_env,
+        "PYTHONPATH": os.pathsep.join([here, worker_env["PYTHONPATH"]]),
+        "TOOLEXEC_FAULTS_ENABLED": "true",
+    }
+    logs = tmp_path_factory.mktemp("storm")
+    procs = [
+        WorkerProcess(
+            "storm_guard_tools", env, queues=QUEUE, concurrency=8, log_path=logs / f"w{i}.log"
+        )
+        for i in range(2)
+    ]
+    try:
+        for proc in procs:
+            proc.start(settings.redis_url or "", settings.key_prefix)
+        yield procs
+    finally:
+        for proc in procs:
+            proc.stop()
+
+
+@pytest.fixture(scope="module")
+def storm_client(settings: Settings, fleet: list[WorkerProcess]) -> Iterator[ToolClient]:
+    with ToolClient(settings) as client:
+        yield client
+
+
+def calls_served(proc: WorkerProcess, tool: str) -> int:
+    assert proc.log_path is not None
+    return len(re.findall(rf"tool={tool} ", proc.log_path.read_text()))
+
+
+def test_under_total_failure_retries_stay_within_the_fleet_wide_budget(
+    storm_client: ToolClient, flaky: FlakyServer, fleet: list[WorkerProcess]
+) -> None:
+    """Given a service that answers 503 to everything and two workers sharing one budget,
+    when 40 calls with 4 attempts each run at once,
+    then the service sees at most 40 + max(3, 10% of 40) requests instead of 160,
+    and the calls the budget cut short say retry_budget_exhausted."""
+    url = flaky.script(flaky.unique_path("down"), Reply(503))
+
+    results = storm_client.call_many([("budgeted_fetch", {"url": url})] * CALLS, timeout=30)
+
+    allowance = max(BUDGET.min_retries, BUDGET.ratio * CALLS)
+    hits = len(flaky.hits(url.removeprefix(flaky.url)))
+    assert CALLS <= hits <= CALLS + allowance
+    kinds = {r.error.type for r in results if r.error is not None}
+    assert kinds <= {ErrorType.UNAVAILABLE, ErrorType.RETRY_BUDGET_EXHAUSTED}
+    cut = [r for r in results if r.error and r.error.type is ErrorType.RETRY_BUDGET_EXHAUSTED]
+    assert len(cut) >= CALLS - allowance
+    assert all(r.error and r.error.retryable and r.error.suggestion for r in cut)
+    assert all(calls_served(proc, "budgeted_fetch") > 0 for proc in fleet)
+
+
+def test_calls_over_the_shared_rate_limit_wait_in_the_queue_without_using_attempts(
+    storm_client: ToolClient, flaky: FlakyServer
+) -> None:
+    """Given a tool limited to 5 calls a second fleet-wide and never retried (1 attempt),
+    when 6 calls arrive at once on two workers,
+    then all succeed after one attempt each, reaching the service one slot (0.2 s) after
+    another: a second apart from first to last, never two together (without the limit
+    they would all arrive within milliseconds; dispatch jitter blurs each slot a little)."""
+    url = flaky.script(flaky.unique_path("limited"), Reply(200))
+
+    results = storm_client.call_many([("limited_fetch", {"url": url})] * 6, timeout=30)
+
+    assert [(r.status, r.attempts) for r in results] == [("ok", 1)] * 6
+    spacing = gaps(flaky.hits(url.removeprefix(flaky.url)))
+    assert len(spacing) == 5
+    assert sum(spacing) >= 0.9, spacing
+    assert min(spacing) >= 0.05, spacing
+
+
+def test_injected_faults_follow_the_seed_across_workers_and_are_marked(
+    storm_client: ToolClient, flaky: FlakyServer, settings: Settings
+) -> None:
+    """Given a fault config (half the attempts fail with not_found, seed 7) set at run time,
+    when 16 calls run one after another on whichever worker takes them,
+    then exactly the attempts the seed picks fail, each result saying injected,
+    and the spared calls reach the service."""
+    url = flaky.script(flaky.unique_path("chaos"), Reply(200))
+    config = FaultConfig(rate=0.5, error=ErrorType.NOT_FOUND, seed=7)
+    store = FaultStore(redis_client(settings.redis_url or ""), Keys(settings.key_prefix))
+    store.set("chaotic_fetch", config)
+    time.sleep(1.2)  # workers re-read fault configs at most once a second
+    try:
+        results = [storm_client.call("chaotic_fetch", {"url": url}) for _ in range(16)]
+    finally:
+        store.clear("chaotic_fetch")
+
+    expected = [config.plan(n).injected for n in range(1, 17)]
+    assert [r.injected for r in results] == expected
+    assert all(r.error and r.error.type is ErrorType.NOT_FOUND for r in results if r.injected)
+    assert all(r.ok for r in results if not r.injected)
+    assert len(flaky.hits(url.removeprefix(flaky.url))) == expected.count(False)

@@ -1,0 +1,172 @@
+"""The retry budget in the executor: a layer feeds it, the retry decision spends it.
+
+A real Executor runs small tools from a private registry with a
+RetryBudgetLayer on a real Redis; time is a ManualClock, so each verdict is
+exact.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from executor.budget import RetryBudget, RetryBudgetLayer, RetryBudgetPolicy
+from executor.clock import ManualClock
+from executor.connection import redis_client
+from executor.context import CallContext
+from executor.errors import ErrorType, NotFoundError, UnavailableError
+from executor.execution import Executor, Final, Retry, Verdict
+from executor.keys import Keys
+from executor.registry import Registry, ToolSpec, tool
+from executor.runner import Runner
+
+#: One retry per window whatever the traffic, then 10% of the calls.
+ONE_FLOOR = RetryBudgetPolicy(ratio=0.1, window_s=10.0, min_retries=1)
+
+
+@pytest.fixture
+def rdb(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis_client(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def budget(rdb: redis.Redis, clock: ManualClock) -> RetryBudget:
+    return RetryBudget(rdb, Keys(f"t-{uuid.uuid4().hex[:10]}"), clock=clock)
+
+
+@pytest.fixture
+def executor(budget: RetryBudget, clock: ManualClock) -> Executor:
+    layer = RetryBudgetLayer(budget)
+    return Executor(
+        runner=Runner(), clock=clock, rng=random.Random(7), layers=[layer], retry_gate=layer
+    )
+
+
+def _spec(registry: Registry, func: Callable[..., Any], **policy: Any) -> ToolSpec:
+    tool(registry=registry, backoff_base=0.01, backoff_cap=0.01, **policy)(func)
+    spec = registry.get(func.__name__)
+    assert spec is not None
+    return spec
+
+
+def _attempt(executor: Executor, spec: ToolSpec, clock: ManualClock, number: int = 1) -> Verdict:
+    ctx = CallContext(
+        call_id=uuid.uuid4().hex,
+        tool=spec.name,
+        deadline=clock.now() + 60,
+        submitted_at=clock.now(),
+        reply_to="r",
+    )
+    return executor.attempt(spec, {}, ctx, number)
+
+
+def _down() -> None:
+    raise UnavailableError("503 from upstream")
+
+
+def test_a_retry_within_the_budget_goes_ahead(
+    executor: Executor, registry: Registry, clock: ManualClock
+) -> None:
+    spec = _spec(registry, _down, max_attempts=3, retry_budget=ONE_FLOOR)
+    assert isinstance(_attempt(executor, spec, clock), Retry)
+
+
+def test_a_spent_budget_ends_a_transient_failure_at_once(
+    executor: Executor, registry: Registry, clock: ManualClock
+) -> None:
+    """The first call takes the window's one retry; the second ends with the budget's error."""
+    spec = _spec(registry, _down, max_attempts=3, retry_budget=ONE_FLOOR)
+    assert isinstance(_attempt(executor, spec, clock), Retry)
+    verdict = _attempt(executor, spec, clock)
+    assert isinstance(verdict, Final)
+    result = verdict.result
+    assert result.error is not None
+    assert result.error.type is ErrorType.RETRY_BUDGET_EXHAUSTED
+    assert result.error.retryable and result.error.suggestion
+    assert "503 from upstream" in result.error.message
+    assert result.error.details["last_error"] == {
+        "type": "unavailable",
+        "message": "503 from upstream",
+    }
+    assert result.error.details["budget"] == "_down"
+    assert result.attempts == 1
+
+
+def test_a_failure_that_would_not_be_retried_spends_nothing(
+    executor: Executor, registry: Registry, clock: ManualClock, budget: RetryBudget
+) -> None:
+    def missing() -> None:
+        raise NotFoundError("no such city")
+
+    spec = _spec(registry, missing, max_attempts=3, retry_budget=ONE_FLOOR)
+    verdict = _attempt(executor, spec, clock)
+    assert isinstance(verdict, Final) and verdict.result.error is not None
+    assert verdict.result.error.type is ErrorType.NOT_FOUND
+    assert budget.peek("missing", ONE_FLOOR).retries == 0
+
+
+def test_the_last_allowed_attempt_spends_nothing(
+    executor: Executor, registry: Registry, clock: ManualClock, budget: RetryBudget
+) -> None:
+    spec = _spec(registry, _down, max_attempts=2, retry_budget=ONE_FLOOR)
+    verdict = _attempt(executor, spec, clock, number=2)
+    assert isinstance(verdict, Final) and verdict.result.error is not None
+    assert verdict.result.error.type is ErrorType.UNAVAILABLE
+    assert budget.peek("_down", ONE_FLOOR).retries == 0
+
+
+def test_successful_calls_grow_the_budget(
+    executor: Executor, registry: Registry, clock: ManualClock
+) -> None:
+    """Every call counts, failed or not: after 30 good ones, the 4th failing call is the 34th
+    and 3.4 retries are allowed, so 4 retries go ahead and the 5th failure ends the call."""
+    healthy = True
+
+    def sometimes() -> str:
+        if healthy:
+            return "ok"
+        raise UnavailableError("503")
+
+    spec = _spec(registry, sometimes, max_attempts=3, retry_budget=ONE_FLOOR)
+    for _ in range(30):
+        assert isinstance(_attempt(executor, spec, clock), Final)
+    healthy = False
+    verdicts = [_attempt(executor, spec, clock) for _ in range(5)]
+    assert [type(v).__name__ for v in verdicts] == ["Retry"] * 4 + ["Final"]
+
+
+def test_a_tool_that_cannot_retry_never_touches_redis(
+    executor: Executor,
+    registry: Registry,
+    clock: ManualClock,
+    budget: RetryBudget,
+    rdb: redis.Redis,
+) -> None:
+    spec = _spec(registry, _down, max_attempts=1, retry_budget=ONE_FLOOR)
+    _attempt(executor, spec, clock)
+    assert not rdb.exists(budget.keys.budget("_down"))
+
+
+def test_a_token_budget_is_drained_by_failures_through_the_layer(
+    executor: Executor, registry: Registry, clock: ManualClock
+) -> None:
+    """4 tokens: failures take 1 each; at 2 (half) retries stop."""
+    tokens = RetryBudgetPolicy(kind="tokens", max_tokens=4, token_ratio=0.5)
+    spec = _spec(registry, _down, max_attempts=5, retry_budget=tokens)
+    verdicts = [_attempt(executor, spec, clock) for _ in range(3)]
+    assert [type(v).__name__ for v in verdicts] == ["Retry", "Final", "Final"]
+
+
+def test_a_disabled_budget_leaves_retries_to_the_policy(
+    executor: Executor, registry: Registry, clock: ManualClock
+) -> None:
+    off = RetryBudgetPolicy(enabled=False)
+    spec = _spec(registry, _down, max_attempts=3, retry_budget=off)
+    assert all(isinstance(_attempt(executor, spec, clock), Retry) for _ in range(30))
