@@ -53,6 +53,7 @@ class ToolPolicy:
     def __post_init__(self) -> None:
         if not self.timeout > 0:
             raise ConfigurationError(f"a tool's timeout must be positive, not {self.timeout}")
+        _check_payload_limits(self.payload_threshold_bytes, self.payload_token_budget)
         if self.breaker.enabled and self.breaker.probe_lease_s <= self.timeout:
             raise ConfigurationError(
                 f"the breaker's probe_lease_s ({self.breaker.probe_lease_s} s) must exceed the "
@@ -76,6 +77,18 @@ class ToolPolicy:
             "retry_budget": self.retry_budget.to_json(),
             "rate_limit": None if self.rate_limit is None else self.rate_limit.to_json(),
         }
+
+
+def _check_payload_limits(threshold: int | None, budget: int | None) -> None:
+    """A tool's own payload limits; 200 tokens is the smallest budget a preview fits
+    (``executor.payloads.tokens.MIN_TOKEN_BUDGET``)."""
+    if threshold is not None and threshold <= 0:
+        raise ConfigurationError(f"payload_threshold_bytes must be positive, not {threshold}")
+    if budget is not None and budget < 200:
+        raise ConfigurationError(
+            f"payload_token_budget must be at least 200 tokens (a preview's note alone "
+            f"takes ~120), not {budget}"
+        )
 
 
 @dataclass(frozen=True)

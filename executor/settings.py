@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     )
     payload_token_budget: int = Field(
         default=600,
-        ge=100,
+        ge=200,  # executor.payloads.tokens.MIN_TOKEN_BUDGET
         description="A result estimated above this many tokens is stored; its preview fits in it.",
     )
     payload_max_bytes: int = Field(

@@ -12,9 +12,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["BYTES_PER_TOKEN", "budget_bytes", "estimate_tokens", "json_bytes"]
+__all__ = ["BYTES_PER_TOKEN", "MIN_TOKEN_BUDGET", "budget_bytes", "estimate_tokens", "json_bytes"]
 
 BYTES_PER_TOKEN = 4
+
+#: The smallest budget a preview fits in: its note alone takes ~120 tokens.
+MIN_TOKEN_BUDGET = 200
 
 
 def estimate_tokens(size_bytes: int) -> int:

@@ -15,7 +15,12 @@ import pytest
 
 from executor.clock import ManualClock
 from executor.context import CallContext
-from executor.errors import ErrorType, InvalidArgumentsError, UnavailableError
+from executor.errors import (
+    ConfigurationError,
+    ErrorType,
+    InvalidArgumentsError,
+    UnavailableError,
+)
 from executor.execution import Executor, Final, Verdict
 from executor.layers import Attempt, Outcome
 from executor.payloads import (
@@ -28,7 +33,7 @@ from executor.payloads import (
     resolve_arguments,
     store_arguments,
 )
-from executor.payloads.tokens import estimate_tokens, json_bytes
+from executor.payloads.tokens import MIN_TOKEN_BUDGET, estimate_tokens, json_bytes
 from executor.registry import Registry, ToolSpec, tool
 from executor.results import ToolResult
 from executor.runner import Runner
@@ -248,3 +253,16 @@ def test_the_executor_resolves_stored_arguments_before_validation(
     lost = _final_result(executor.attempt(spec, stored, ctx, 1))
     assert lost.error is not None and lost.error.type == ErrorType.INVALID_ARGUMENTS
     assert lost.attempts == 0
+
+
+def test_limits_below_the_smallest_preview_are_refused_at_declaration(
+    registry: Registry,
+) -> None:
+    """A budget under MIN_TOKEN_BUDGET could not hold even the preview's note."""
+    with pytest.raises(ConfigurationError, match="at least 200 tokens"):
+        _spec(registry, _noop, payload_token_budget=MIN_TOKEN_BUDGET - 1)
+    with pytest.raises(ConfigurationError, match="payload_threshold_bytes"):
+        _spec(registry, _noop, payload_threshold_bytes=0)
+    with pytest.raises(ValueError, match="payload_token_budget"):
+        Settings(payload_token_budget=MIN_TOKEN_BUDGET - 1)
+    assert Settings(payload_token_budget=MIN_TOKEN_BUDGET).payload_token_budget == 200

@@ -8,11 +8,18 @@ import pytest
 
 from executor.payloads.encoding import encode
 from executor.payloads.preview import build_preview, shrink
-from executor.payloads.tokens import BYTES_PER_TOKEN, estimate_tokens, json_bytes
+from executor.payloads.tokens import (
+    BYTES_PER_TOKEN,
+    MIN_TOKEN_BUDGET,
+    estimate_tokens,
+    json_bytes,
+)
 from executor.results import PayloadRef
 
+KEY = "0123456789abcdef" * 2  # as long as a real key (uuid4 hex)
 
-def ref_for(value: Any, key: str = "k123") -> PayloadRef:
+
+def ref_for(value: Any, key: str = KEY) -> PayloadRef:
     encoded = encode(value)
     return PayloadRef(
         key=key,
@@ -56,7 +63,7 @@ def test_tokens_are_about_four_bytes_each_rounded_up() -> None:
     assert [estimate_tokens(n) for n in (0, 1, 4, 5, 4_000)] == [0, 1, 1, 2, 1_000]
 
 
-@pytest.mark.parametrize("budget", [200, 600, 2_000])
+@pytest.mark.parametrize("budget", [MIN_TOKEN_BUDGET, 600, 2_000])
 @pytest.mark.parametrize("value", SHAPES.values(), ids=SHAPES.keys())
 def test_a_preview_never_exceeds_its_budget(value: Any, budget: int) -> None:
     preview = preview_of(value, budget)
@@ -67,9 +74,9 @@ def test_a_preview_never_exceeds_its_budget(value: Any, budget: int) -> None:
 def test_a_preview_says_it_is_partial_and_how_to_read_on(value: Any) -> None:
     preview = preview_of(value)
     assert preview["partial"] is True
-    assert preview["payload_key"] == "k123"
+    assert preview["payload_key"] == KEY
     assert "PARTIAL PREVIEW" in preview["note"]
-    assert "read_payload(key='k123'" in preview["note"]
+    assert f"read_payload(key='{KEY}'" in preview["note"]
 
 
 def test_a_larger_budget_shows_more() -> None:
