@@ -109,12 +109,21 @@ def _worker_env(settings: Settings) -> dict[str, str]:
 
 @contextlib.contextmanager
 def worker(
-    settings: Settings, tools: str, *, concurrency: int, pool: str, log_path: Path
+    settings: Settings,
+    tools: str,
+    *,
+    concurrency: int,
+    pool: str,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[WorkerProcess]:
-    """A real worker importing ``tools`` (a module under bench/), stopped afterwards."""
+    """A real worker importing ``tools`` (a module under bench/), stopped afterwards.
+
+    ``env`` adds variables (settings the worker needs beyond ``settings``').
+    """
     proc = WorkerProcess(
         tools,
-        _worker_env(settings),
+        {**_worker_env(settings), **(env or {})},
         concurrency=concurrency,
         pool=pool,
         log_path=log_path,

@@ -38,6 +38,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "result_accept_content": ["json"],
         # Acknowledge after the call, and send it again if the worker dies mid-call;
         # Celery 5.7 counts that resend against max_retries, so it cannot loop.
+        # (task_retry_on_worker_lost covers a prefork child that dies; a whole worker
+        # killed leaves its messages unacked until the visibility timeout, and
+        # side-effecting calls are handed over sooner by their leases: see
+        # executor.idempotency and Settings.visibility_timeout.)
         "task_acks_late": True,
         "task_retry_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,

@@ -167,10 +167,23 @@ class ToolClient:
         run_id: str | None = None,
         timeout: float | None = None,
         call_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> ToolResult:
-        """Run ``tool`` and wait for its result, at most ``timeout`` seconds."""
+        """Run ``tool`` and wait for its result, at most ``timeout`` seconds.
+
+        ``idempotency_key`` makes the call run at most once per key: a repeat
+        with the same key joins the call in flight or gets its stored result
+        (``replayed: true``); other arguments under the same key are refused
+        with ``idempotency_mismatch``. Tools with ``side_effects=True`` derive a
+        key from the run id, the tool and the arguments when none is given.
+        """
         return self.submit(
-            tool, arguments, run_id=run_id, timeout=timeout, call_id=call_id
+            tool,
+            arguments,
+            run_id=run_id,
+            timeout=timeout,
+            call_id=call_id,
+            idempotency_key=idempotency_key,
         ).result()
 
     def submit(
@@ -181,9 +194,12 @@ class ToolClient:
         run_id: str | None = None,
         timeout: float | None = None,
         call_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> CallHandle:
         """Enqueue a call and return at once with a handle to its result."""
-        prepared = self._prepare(tool, arguments, run_id, timeout, call_id, reply_to=None)
+        prepared = self._prepare(
+            tool, arguments, run_id, timeout, call_id, None, idempotency_key=idempotency_key
+        )
         self._publish([prepared])
         return CallHandle(self, prepared)
 
@@ -207,10 +223,11 @@ class ToolClient:
         run_id: str | None = None,
         timeout: float | None = None,
         call_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> ToolResult:
         """The asyncio form of :meth:`call`; waiting does not hold a thread."""
         prepared = await asyncio.to_thread(
-            self._prepare, tool, arguments, run_id, timeout, call_id, None
+            self._prepare, tool, arguments, run_id, timeout, call_id, None, idempotency_key
         )
         await asyncio.to_thread(self._publish, [prepared])
         return (await self._acollect([prepared]))[0]
@@ -255,6 +272,7 @@ class ToolClient:
         timeout: float | None,
         call_id: str | None,
         reply_to: str | None,
+        idempotency_key: str | None = None,
     ) -> _Prepared:
         if not isinstance(tool, str) or not tool:
             raise UsageError(f"the tool name must be a non-empty string, not {tool!r}")
@@ -267,6 +285,7 @@ class ToolClient:
             submitted_at=now,
             reply_to=reply_to or call_id,
             run_id=run_id,
+            idempotency_key=_checked_key(idempotency_key),
         )
         parsed, problem = _parse_arguments(arguments, self.settings.payload_max_bytes)
         if problem is not None:
@@ -497,6 +516,21 @@ def _shown(kwargs: dict[str, Any], secrets: frozenset[str] = frozenset()) -> str
     built-in ``repr`` of :func:`shown_kwargs` shows what ``saferepr`` would.
     """
     return shown_kwargs(kwargs, secrets)
+
+
+#: Stripe's limit too: a key is an id (a UUID, an order number), not a payload.
+_MAX_KEY_LENGTH = 255
+
+
+def _checked_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > _MAX_KEY_LENGTH:
+        raise UsageError(
+            f"idempotency_key must be a non-empty string of at most {_MAX_KEY_LENGTH} "
+            f"characters (a UUID, say), not {key!r:.80}"
+        )
+    return key
 
 
 def _parse_arguments(

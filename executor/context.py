@@ -22,6 +22,8 @@ class CallContext:
     submitted_at: float
     reply_to: str
     run_id: str | None = None
+    #: The caller's idempotency key (``executor.idempotency``); None: derived when needed.
+    idempotency_key: str | None = None
     previous_delay: float | None = None
     run_s: float = 0.0
     backoff_s: float = 0.0

@@ -31,7 +31,9 @@ misuse or broken infrastructure, never a tool's own failure::
             ├── UnauthorizedError          unauthorized (401)
             ├── ForbiddenError             forbidden (403)
             ├── NotFoundError              not_found (404)
-            └── ClientError                client_error (other 4xx)
+            ├── ClientError                client_error (other 4xx)
+            ├── IdempotencyMismatchError   idempotency_mismatch (a key reused with other arguments)
+            └── WorkerLostError            worker_lost (a crashed write that cannot be checked)
 
 Decisions (retry, and later breaker and fallback) look at ``error_type`` and
 ``retryable``, never at a message.
@@ -50,6 +52,7 @@ __all__ = [
     "ConfigurationError",
     "ErrorType",
     "ForbiddenError",
+    "IdempotencyMismatchError",
     "InfrastructureError",
     "InvalidArgumentsError",
     "NotFoundError",
@@ -71,6 +74,7 @@ __all__ = [
     "UnauthorizedError",
     "UnavailableError",
     "UsageError",
+    "WorkerLostError",
 ]
 
 
@@ -96,6 +100,9 @@ class ErrorType(StrEnum):
     TOOL_DISABLED = "tool_disabled"
     RUN_ABORTED = "run_aborted"
     RUN_BUDGET_EXHAUSTED = "run_budget_exhausted"
+    # Idempotency (executor.idempotency): never retried.
+    IDEMPOTENCY_MISMATCH = "idempotency_mismatch"
+    WORKER_LOST = "worker_lost"
 
 
 #: Failures that the same call may not meet again: retried by default.
@@ -277,3 +284,19 @@ class NotFoundError(PermanentError):
 
 class ClientError(PermanentError):
     error_type = ErrorType.CLIENT_ERROR
+
+
+class IdempotencyMismatchError(PermanentError):
+    """The idempotency key was used before for a call with other arguments."""
+
+    error_type = ErrorType.IDEMPOTENCY_MISMATCH
+
+
+class WorkerLostError(PermanentError):
+    """The worker running a write died mid-call and the tool has no check.
+
+    Permanent: repeating the call blindly could do the action twice; the result
+    says ``status: unknown`` instead.
+    """
+
+    error_type = ErrorType.WORKER_LOST

@@ -41,12 +41,14 @@ __all__ = [
     "Defer",
     "Executor",
     "Final",
+    "NoReply",
     "Retry",
     "RetryGate",
     "Verdict",
     "deadline_info",
     "error_info",
     "error_result",
+    "restamped",
 ]
 
 
@@ -67,6 +69,18 @@ class Retry:
 
 
 @dataclass(frozen=True)
+class NoReply:
+    """This attempt ends without answering the caller: another worker does.
+
+    A duplicate that joined the same call in flight, a second copy of a call
+    that is running, or a worker whose lease was taken over while it ran
+    (``executor.idempotency``).
+    """
+
+    reason: str
+
+
+@dataclass(frozen=True)
 class Defer:
     """Run this same attempt again after ``delay`` seconds; it used no attempt.
 
@@ -78,7 +92,7 @@ class Defer:
     context: CallContext
 
 
-Verdict = Final | Retry | Defer
+Verdict = Final | Retry | NoReply | Defer
 
 
 class RetryGate(Protocol):
@@ -115,6 +129,22 @@ def error_result(
         elapsed_ms=_elapsed_ms(ctx, now),
         timings=_timings(ctx, now),
     )
+
+
+def restamped(result: ToolResult, ctx: CallContext, now: float, **changes: Any) -> ToolResult:
+    """``result`` as the answer to the call ``ctx``: its ids and its own timings.
+
+    A stored or shared result (``executor.idempotency``) goes to callers other
+    than the one it was made for.
+    """
+    update = {
+        "call_id": ctx.call_id,
+        "run_id": ctx.run_id,
+        "elapsed_ms": _elapsed_ms(ctx, now),
+        "timings": _timings(ctx, now),
+        **changes,
+    }
+    return result.model_copy(update=update)
 
 
 def _elapsed_ms(ctx: CallContext, now: float) -> float:
@@ -214,8 +244,13 @@ class Executor:
         kwargs = {name: getattr(arguments, name) for name in type(arguments).model_fields}
         current = Attempt(spec, ctx, attempt, arguments.model_dump(mode="json"), limit)
         outcome = compose(self.layers, current, lambda: self._body(spec, kwargs, limit))
+        return self._settle(current, outcome, self._verdict(current, outcome))
+
+    def _verdict(self, current: Attempt, outcome: Outcome) -> Verdict:
+        """The verdict on an attempt's outcome: a result, or a retry after a delay."""
+        spec, attempt, limit = current.spec, current.number, current.limit
         end = self.clock.now()
-        ctx = ctx.after_attempt(outcome.duration_s)
+        ctx = current.ctx.after_attempt(outcome.duration_s)
         if outcome.injected:
             ctx = replace(ctx, injected=True)
         attempts = attempt if outcome.ran else attempt - 1
@@ -242,6 +277,20 @@ class Executor:
                 error_result(ctx, deadline_info(ctx, failure, attempts), attempts=attempts, now=end)
             )
         return self._after_failure(spec, failure, ctx, attempts, end, current)
+
+    def _settle(self, attempt: Attempt, outcome: Outcome, verdict: Verdict) -> Verdict:
+        """Show the verdict to layers that record outcomes; each may replace it.
+
+        What to store depends on the verdict (a retry parks a call, a final
+        result ends it), which is known only after the layers have returned:
+        a layer with a ``settle(attempt, outcome, verdict) -> Verdict`` method
+        is asked here, innermost first, with the outcome compose returned.
+        """
+        for layer in reversed(self.layers):
+            settle = getattr(layer, "settle", None)
+            if settle is not None:
+                verdict = settle(attempt, outcome, verdict)
+        return verdict
 
     def _body(self, spec: ToolSpec, kwargs: dict[str, Any], limit: float) -> Outcome:
         """Run the tool itself and classify whatever it raised or returned."""

@@ -64,6 +64,35 @@ class Keys:
         """
         return f"{self.prefix}:breakers"
 
+    def idempotency(self, record: str) -> str:
+        """Hash: one idempotency record: state, lease, fencing token, stored result.
+
+        ``record`` is :func:`executor.idempotency.record_id`. ``{idem}`` is a
+        hash tag: a record, its waiters, the lease index and the token counter
+        share one Redis Cluster slot, so one Lua script may touch them all.
+        TTL: ``TOOLEXEC_IDEMPOTENCY_RETENTION_S`` (a day) from its last write: a
+        replay must still work when an agent repeats a call hours later.
+        """
+        return f"{self.prefix}:idem:{{idem}}:{record}"
+
+    def idempotency_waiters(self, record: str) -> str:
+        """Sorted set: contexts (JSON) of calls joined to a running one, by deadline.
+
+        Same TTL as :meth:`idempotency`; emptied when the call ends.
+        """
+        return f"{self.prefix}:idem:{{idem}}:{record}:waiters"
+
+    def idempotency_leases(self) -> str:
+        """Sorted set: record -> when its lease ends (epoch s): what sweepers scan.
+
+        No TTL: a member goes when its call ends or a sweeper finds it over.
+        """
+        return f"{self.prefix}:idem:{{idem}}:leases"
+
+    def idempotency_tokens(self) -> str:
+        """String: the fencing-token counter; only ever incremented, no TTL."""
+        return f"{self.prefix}:idem:{{idem}}:tokens"
+
     def stats(self, minute: int) -> str:
         """Hash: ``<tool>|<counter>`` -> count, for calls that ended in one minute.
 

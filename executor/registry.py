@@ -44,6 +44,7 @@ class ToolPolicy:
     side_effects: bool = False
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     breaker_key: str | None = None
+    coalesce: bool = False  # read-only: identical calls in flight share one execution
     payload_threshold_bytes: int | None = None  # None: the settings' value (executor.payloads)
     payload_token_budget: int | None = None
     fallbacks: tuple[FallbackStep, ...] = ()  # fallback.steps; checked by check_chain
@@ -53,6 +54,11 @@ class ToolPolicy:
     def __post_init__(self) -> None:
         if not self.timeout > 0:
             raise ConfigurationError(f"a tool's timeout must be positive, not {self.timeout}")
+        if self.coalesce and self.side_effects:
+            raise ConfigurationError(
+                "coalesce=True is for read-only tools; a tool with side_effects=True is "
+                "already deduplicated by its idempotency key"
+            )
         _check_payload_limits(self.payload_threshold_bytes, self.payload_token_budget)
         if self.breaker.enabled and self.breaker.probe_lease_s <= self.timeout:
             raise ConfigurationError(
@@ -71,6 +77,7 @@ class ToolPolicy:
             "retry_on": sorted(str(t) for t in self.retry.retry_on),
             "queue": self.queue,
             "side_effects": self.side_effects,
+            "coalesce": self.coalesce,
             "breaker": self.breaker.to_json(),
             "breaker_key": self.breaker_key,
             "fallbacks": [step.describe() for step in self.fallbacks],
@@ -100,6 +107,9 @@ class ToolSpec:
     func: Callable[..., Any]
     arguments: type[pydantic.BaseModel]
     policy: ToolPolicy
+    #: Whether the effect of a side-effecting call is already there; same
+    #: arguments as ``func``. Asked before an uncertain write is repeated.
+    check: Callable[..., Any] | None = None
 
     @property
     def is_async(self) -> bool:
@@ -214,6 +224,28 @@ def _checked_fallbacks(
     return check_chain(name, steps, side_effects=side_effects)
 
 
+def _checked_check(
+    name: str, func: Callable[..., Any], check: Callable[..., Any] | None, side_effects: bool
+) -> Callable[..., Any] | None:
+    """A check takes the tool's own arguments, and only a tool that writes has one."""
+    if check is None:
+        return None
+    if not side_effects:
+        raise ConfigurationError(
+            f"tool {name!r}: check= needs side_effects=True (only a write can be uncertain)"
+        )
+    if not callable(check):
+        raise ConfigurationError(f"tool {name!r}: check must be callable, not {check!r}")
+    expected = list(inspect.signature(func).parameters)
+    given = list(inspect.signature(check).parameters)
+    if given != expected:
+        raise ConfigurationError(
+            f"tool {name!r}: its check must take the tool's arguments "
+            f"({', '.join(expected)}), not ({', '.join(given)})"
+        )
+    return check
+
+
 #: The registry ``@tool`` uses unless given another.
 default_registry = Registry()
 
@@ -236,6 +268,8 @@ def tool(
     retry: RetryPolicy | None = ...,
     queue: str | None = ...,
     side_effects: bool = ...,
+    check: Callable[..., Any] | None = ...,
+    coalesce: bool = ...,
     breaker: BreakerPolicy | None = ...,
     breaker_key: str | None = ...,
     payload_threshold_bytes: int | None = ...,
@@ -262,6 +296,8 @@ def tool(
     retry: RetryPolicy | None = None,
     queue: str | None = None,
     side_effects: bool = False,
+    check: Callable[..., Any] | None = None,
+    coalesce: bool = False,
     breaker: BreakerPolicy | None = None,
     breaker_key: str | None = None,
     payload_threshold_bytes: int | None = None,
@@ -279,6 +315,12 @@ def tool(
     ``breaker`` is the tool's :class:`BreakerPolicy` (a default one when None);
     ``breaker_key`` names an argument holding a URL, to keep one breaker per
     downstream host (``http_request@api.example.com``) instead of one per tool.
+    ``side_effects`` marks a tool that writes: its calls get an idempotency key
+    and run at most once per key (``executor.idempotency``); ``check`` has the
+    tool's arguments and returns whether the effect is already there (or what
+    it found), and is asked before an uncertain write is repeated.
+    ``coalesce`` lets identical calls of a read-only tool that are in flight at
+    once share one execution.
     ``payload_threshold_bytes`` and ``payload_token_budget`` override the
     settings of the same name for this tool's results (``executor.payloads``).
     ``fallbacks`` is the tool's chain (``fallback.Alternative``, ``LastGood``,
@@ -311,6 +353,7 @@ def tool(
             ),
             queue=queue,
             side_effects=side_effects,
+            coalesce=coalesce,
             breaker=breaker or BreakerPolicy(probe_lease_s=max(60.0, timeout + 10.0)),
             breaker_key=breaker_key,
             payload_threshold_bytes=payload_threshold_bytes,
@@ -325,6 +368,7 @@ def tool(
             func=fn,
             arguments=_argument_model(tool_name, fn),
             policy=policy,
+            check=_checked_check(tool_name, fn, check, side_effects),
         )
         (default_registry if registry is None else registry).register(spec)
         fn.__toolexec__ = spec  # type: ignore[attr-defined]

@@ -147,6 +147,11 @@ class ToolResult(BaseModel):
     fallback: FallbackInfo | None = Field(
         default=None, description="With degraded: the primary's error and the steps tried."
     )
+    replayed: bool = Field(
+        default=False,
+        description="The tool did not run for this call: this is the outcome of an earlier or "
+        "concurrent call with the same idempotency key (executor.idempotency).",
+    )
 
     @property
     def ok(self) -> bool:
@@ -175,7 +180,8 @@ class ToolResult(BaseModel):
     def for_model(self) -> dict[str, Any]:
         """The part of the result a model needs; bookkeeping such as ids stays out."""
         if self.status == "ok" and not self.degraded:
-            return {"status": "ok", "data": self.data}
+            ok: dict[str, Any] = {"status": "ok", "data": self.data}
+            return {**ok, "replayed": True} if self.replayed else ok
         body: dict[str, Any] = {"status": self.status}
         if self.data is not None:
             body["data"] = self.data
@@ -188,6 +194,8 @@ class ToolResult(BaseModel):
             body["source"] = self.source
             if self.fallback is not None:
                 body["fallback"] = self.fallback.for_model()
+        if self.replayed:
+            body["replayed"] = True
         body["attempts"] = self.attempts
         return body
 

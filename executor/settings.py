@@ -72,6 +72,20 @@ class Settings(BaseSettings):
         default="allow",
         description="What breakers answer while Redis is unreachable: let calls through or refuse.",
     )
+    idempotency_lease_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Lease of a running side-effecting call: a crashed worker's call is taken "
+        "over about this long after it stopped renewing (renewed every third of it).",
+    )
+    idempotency_sweep_s: float = Field(
+        default=0.5, gt=0, description="How often each worker looks for expired leases."
+    )
+    idempotency_retention_s: float = Field(
+        default=86_400.0,
+        gt=0,
+        description="How long a finished side-effecting call's outcome is kept for replay.",
+    )
     task_events: bool = Field(
         default=True, description="Send task events so Flower and `celery events` see calls."
     )
@@ -174,5 +188,15 @@ class Settings(BaseSettings):
         most ``max_timeout``; a message held longer than that belongs to a dead
         worker, so redelivering it sooner than the 1 h default is safe and makes
         recovery from a killed worker faster (ANCHORS §1).
+
+        It cannot be shorter: an ``acks_late`` message still held when it runs
+        out (a long call, a countdown waiting for its time) is delivered again
+        while the first copy lives. Side-effecting and coalesced calls do not
+        wait for it: their lease (``idempotency_lease_s``) lets another worker
+        take a dead worker's call over within seconds, and when the broker's
+        copy comes back at last, the call's record makes it a replay
+        (``executor.idempotency``). Give clients and workers the same
+        ``max_timeout``: a deadline beyond the workers' visibility timeout gets
+        its message redelivered while it still runs.
         """
         return int(self.max_timeout) + 60

@@ -27,12 +27,17 @@ from typing import Any
 from executor.connection import redis_client
 from executor.keys import Keys
 
-__all__ = ["FlakyServer", "Hit", "Reply", "WorkerProcess"]
+__all__ = ["FlakyServer", "Hit", "Ledger", "Reply", "WorkerProcess"]
 
 
 @dataclass(frozen=True)
 class Reply:
-    """One scripted answer: a status, headers, a JSON body and a delay before it."""
+    """One scripted answer: a status, headers, a JSON body and a delay before it.
+
+    ``body`` may be a function of nothing, called when the request arrives:
+    an answer that depends on what the service has seen so far (a check of
+    whether an earlier write landed).
+    """
 
     status: int = 200
     body: Any = field(default_factory=lambda: {"ok": True})
@@ -125,7 +130,8 @@ class FlakyServer:
                 reply = server._next(path)
                 if reply.delay:
                     time.sleep(reply.delay)
-                payload = json.dumps(reply.body).encode()
+                body = reply.body() if callable(reply.body) else reply.body
+                payload = json.dumps(body).encode()
                 self.send_response(reply.status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(payload)))
@@ -142,6 +148,43 @@ class FlakyServer:
                 return
 
         return Handler
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """A path on a FlakyServer that counts writes per key and answers checks of them.
+
+    A write is a POST to ``<url>/<key>``, recorded when it arrives (before any
+    scripted delay), so the effect exists even if the writer never hears back;
+    ``<url>/<key>/exists`` answers ``{"exists": ...}`` from the writes seen so
+    far. Side-effecting tools and their checks are tested and measured on it.
+    """
+
+    server: FlakyServer
+    path: str
+
+    @classmethod
+    def open(cls, server: FlakyServer) -> Ledger:
+        return cls(server, server.unique_path("ledger"))
+
+    @property
+    def url(self) -> str:
+        return self.server.url + self.path
+
+    def entry(self, key: str, *writes: Reply) -> str:
+        """Script how writes of ``key`` are answered (default: 200 at once); returns ``key``."""
+        write_path = f"{self.path}/{key}"
+        self.server.script(write_path, *(writes or (Reply(),)))
+        self.server.script(
+            f"{write_path}/exists", Reply(body=lambda: {"exists": bool(self.writes(key))})
+        )
+        return key
+
+    def writes(self, key: str) -> list[Hit]:
+        return [h for h in self.server.hits(f"{self.path}/{key}") if h.method == "POST"]
+
+    def checks(self, key: str) -> list[Hit]:
+        return self.server.hits(f"{self.path}/{key}/exists")
 
 
 class WorkerProcess:

@@ -12,7 +12,7 @@ from celery import signals
 
 from executor.app import app
 from executor.registry import default_registry
-from tasks import http
+from tasks import http, lease_sweeper
 from tasks.catalog_publisher import on_worker_ready, publish_catalog
 from tasks.fallback_task import register_fallback_task
 from tasks.tool_task import RetryLater, ToolFailed, ToolTask, register_tool_task
@@ -29,3 +29,5 @@ __all__ = [
 default_registry.subscribe(lambda spec: register_tool_task(app, spec))
 register_fallback_task(app)  # toolexec.fallback: starts chains, runs cache and explanation
 signals.worker_ready.connect(on_worker_ready, weak=False)
+# hands calls of a worker that died on to live ones (executor.idempotency)
+signals.worker_ready.connect(lease_sweeper.on_worker_ready, weak=False)

@@ -29,8 +29,9 @@ from executor.clock import Clock, SystemClock
 from executor.connection import fail_fast_client, redis_client, redis_url
 from executor.context import CallContext
 from executor.errors import ErrorType
-from executor.execution import Defer, Executor, Final, Retry, error_result
+from executor.execution import Defer, Executor, Final, NoReply, Retry, error_result
 from executor.faults import FaultConfig, FaultLayer, FaultStore
+from executor.idempotency import IdempotencyLayer, IdempotencyStore
 from executor.keys import Keys
 from executor.logs import call_fields
 from executor.metrics import metrics
@@ -136,6 +137,7 @@ def build_executor(settings: Settings, url: str) -> Executor:
     return Executor(
         clock=clock,
         layers=[
+            idempotency_layer(settings, url, keys),
             guards.rate_limit,
             BreakerLayer(breakers),
             guards.budget,
@@ -146,6 +148,17 @@ def build_executor(settings: Settings, url: str) -> Executor:
         resolve_arguments=payloads.resolve,
         retry_gate=guards.budget,
     )
+
+
+def idempotency_layer(settings: Settings, url: str, keys: Keys) -> IdempotencyLayer:
+    """Records of side-effecting and coalesced calls; their time is Redis TIME."""
+    store = IdempotencyStore(
+        fail_fast_client(url),
+        keys,
+        lease_s=settings.idempotency_lease_s,
+        retention_s=settings.idempotency_retention_s,
+    )
+    return IdempotencyLayer(store, default_queue=settings.default_queue)
 
 
 @dataclass(frozen=True)
@@ -307,6 +320,9 @@ def _run_tool(self: ToolTask, arguments: Any, context: dict[str, Any]) -> dict[s
         raise RetryLater(verdict)
     if isinstance(verdict, Defer):
         raise DeferLater(verdict)
+    if isinstance(verdict, NoReply):
+        log.info("call %s tool=%s: answered elsewhere (%s)", ctx.call_id, ctx.tool, verdict.reason)
+        return {"status": "no_reply", "reason": verdict.reason}
     assert isinstance(verdict, Final)
     result = verdict.result
     self._conclude(arguments, ctx, result)
