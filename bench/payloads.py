@@ -78,9 +78,18 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         "--store", choices=["redis", "file"], help="toolexec's payload store (redis)"
     )
     parser.add_argument("--redis-url", help="use this server instead of a fresh embedded Valkey")
+    parser.add_argument(
+        "--max-size-mb", type=float, help="skip sizes above this many MB (a smoke run: 1)"
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = vars(parser.parse_args(argv))
     config = replace(Config(), **QUICK) if args.pop("quick") else Config()
+    largest = args.pop("max_size_mb")
+    if largest is not None:
+        kept = [
+            (s, c) for s, c in zip(config.sizes, config.calls, strict=True) if s <= largest * MB
+        ]
+        config = replace(config, sizes=tuple(s for s, _ in kept), calls=tuple(c for _, c in kept))
     return replace(config, **{k: v for k, v in args.items() if v is not None})
 
 
