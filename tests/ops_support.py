@@ -77,7 +77,7 @@ class FlowerProcess:
             "TOOLEXEC_FLOWER_USER": user,
             "TOOLEXEC_FLOWER_PASSWORD": password,
         }
-        self.args = [sys.executable, *command, "--port", str(self.port)]
+        self.args = [sys.executable, *command, f"--port={self.port}"]
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ops_support import celery, wait_until
+from ops_support import FlowerProcess, celery, wait_until
 from ops_tools import OPS_QUEUE
 
 from executor.client import ToolClient
@@ -197,3 +197,28 @@ def test_a_worker_is_named_in_the_heartbeat_set_it_is_known_by(
     """The name Celery's commands address is the one toolexec's catalog heartbeat records."""
     seen = ops_client.redis.zscore(Keys(settings.key_prefix).workers(), ops_worker.hostname)
     assert seen is not None
+
+
+def test_celery_flower_for_the_app_sees_the_workers(
+    ops_worker: WorkerProcess, worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`celery -A executor.app flower` works too, for operators used to it."""
+    flower = FlowerProcess(
+        worker_env,
+        "ops",
+        "celery-flower-pw",
+        tmp_path / "flower.log",
+        command=(
+            "-m",
+            "celery",
+            "-A",
+            "executor.app",
+            "flower",
+            "--basic-auth=ops:celery-flower-pw",
+        ),
+    )
+    try:
+        flower.start(ops_worker.hostname)
+        assert flower.status_without_auth("/api/workers") == 401
+    finally:
+        flower.stop()
