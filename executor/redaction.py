@@ -64,8 +64,24 @@ def secret_names(schema: Any) -> frozenset[str]:
     """Names of the properties marked secret anywhere in ``schema`` (nested models too).
 
     Names, not paths: a nested model's secret field is redacted under that name
-    wherever it appears, which errs on the side of showing less.
+    wherever it appears, which errs on the side of showing less. The answer is
+    cached per schema object: clients ask once per call, with the same catalog entry.
     """
+    cached = _NAMES_CACHE.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    found = _walk_secret_names(schema)
+    if len(_NAMES_CACHE) >= _NAMES_CACHE_SIZE:
+        _NAMES_CACHE.clear()
+    _NAMES_CACHE[id(schema)] = (schema, found)  # the reference keeps the id from reuse
+    return found
+
+
+_NAMES_CACHE: dict[int, tuple[Any, frozenset[str]]] = {}
+_NAMES_CACHE_SIZE = 1024
+
+
+def _walk_secret_names(schema: Any) -> frozenset[str]:
     found: set[str] = set()
     stack = [schema]
     while stack:
@@ -85,14 +101,22 @@ def secret_names(schema: Any) -> frozenset[str]:
 
 
 def redact(value: Any, secrets: frozenset[str] = frozenset()) -> Any:
-    """``value`` with the values of secret and credential keys replaced, at any depth."""
-    if isinstance(value, Mapping):
-        return {
-            key: REDACTED if _is_secret_key(key, secrets) else redact(item, secrets)
-            for key, item in value.items()
-        }
+    """``value`` with the values of secret and credential keys replaced, at any depth.
+
+    Copies only what changes: with no secret inside, ``value`` itself comes back.
+    """
+    if isinstance(value, dict):
+        out: dict[Any, Any] | None = None
+        for key, item in value.items():
+            new = REDACTED if _is_secret_key(key, secrets) else redact(item, secrets)
+            if new is not item:
+                out = out if out is not None else dict(value)
+                out[key] = new
+        return value if out is None else out
     if isinstance(value, list | tuple):
-        return [redact(item, secrets) for item in value]
+        items = [redact(item, secrets) for item in value]
+        changed = any(new is not old for new, old in zip(items, value, strict=True))
+        return items if changed else value
     return value
 
 
@@ -107,5 +131,7 @@ def shown_kwargs(kwargs: Mapping[str, Any], secrets: frozenset[str] = frozenset(
     call, close to a tenth of a publish. The kwargs are JSON, so the built-in
     ``repr`` is safe and shows the same text.
     """
-    text = repr(redact(kwargs, secrets))
+    arguments = kwargs.get("arguments")  # the call's context holds no secrets
+    shown = {**kwargs, "arguments": redact(arguments, secrets)} if arguments else kwargs
+    text = repr(shown)
     return text if len(text) <= REPR_LIMIT else text[: REPR_LIMIT - 3] + "..."

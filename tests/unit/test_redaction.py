@@ -86,3 +86,17 @@ def test_ordinary_keys_that_merely_contain_a_credential_word_are_shown() -> None
     """'token_count' or 'max_tokens' are not secrets; only exact credential names are."""
     shown = shown_kwargs({"arguments": {"max_tokens": 5, "token_count": 7, "passwords_seen": 1}})
     assert REDACTED not in shown
+
+
+def test_arguments_without_secrets_are_shown_without_copying_them() -> None:
+    """The common case stays cheap: nothing to hide, nothing copied."""
+    arguments = {"url": "https://x.example/", "headers": {"Accept": "text/plain"}, "ids": [1, 2]}
+    assert redact(arguments) is arguments
+
+
+def test_secret_names_follow_a_changed_schema() -> None:
+    """Cached per schema object, yet a new catalog entry with a new secret is seen."""
+    first = {"properties": {"a": {"type": "string"}}}
+    second = {"properties": {"a": {"type": "string", "writeOnly": True}}}
+    assert secret_names(first) == frozenset() and secret_names(first) == frozenset()
+    assert secret_names(second) == {"a"}
