@@ -747,6 +747,8 @@ class IdempotencyLayer:
         try:
             claim = self._begin(attempt, mode)
         except _UNREACHABLE as exc:
+            if mode == "coalesce":  # sharing reads is an optimisation: run it alone
+                return proceed()
             return Outcome(failure=_store_down(exc), ran=False)
         if claim.kind == "mismatch":
             return Outcome(failure=_mismatch(attempt), ran=False)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 import redis
 
 from executor.clock import ManualClock
-from executor.connection import redis_client
+from executor.connection import fail_fast_client, redis_client
 from executor.context import CallContext
 from executor.errors import ErrorType, NotFoundError, ToolTimeoutError, UnavailableError
 from executor.execution import Executor, Final, NoReply, Retry, Verdict
@@ -422,3 +423,27 @@ def _hold_as_dead_worker(store: IdempotencyStore, spec: ToolSpec, ctx: CallConte
         message=Message(spec.task_name, "tools", ORDER, ctx.to_json(), 1),
     )
     assert claim.kind == "acquired"
+
+
+def test_without_redis_a_write_is_not_run_but_a_coalesced_read_is(
+    registry: Registry, clock: ManualClock, ledger: Ledger
+) -> None:
+    """A write that cannot be deduplicated waits (transient); a read just runs unshared."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    store = IdempotencyStore(fail_fast_client(f"redis://127.0.0.1:{port}/0"), clock=clock)
+    executor = Executor(clock=clock, layers=[IdempotencyLayer(store, clock=clock)])
+    write = order_tool(registry, ledger)
+
+    def lookup(city: str) -> str:
+        return f"sunny in {city}"
+
+    read = register(registry, lookup, coalesce=True)
+
+    refused = executor.attempt(write, ORDER, ctx_of(clock, write), 1)
+    answered = final(executor.attempt(read, {"city": "Oslo"}, ctx_of(clock, read), 1))
+
+    assert isinstance(refused, Retry) and refused.error.error_type is ErrorType.UNAVAILABLE
+    assert ledger.writes == []
+    assert answered.ok and answered.data == "sunny in Oslo"
