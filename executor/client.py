@@ -23,6 +23,7 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 from executor import catalog as catalog_mod
+from executor.adapters import Format, arun_round, run_round
 from executor.app import create_app
 from executor.breaker import BreakerPolicy, CircuitBreaker
 from executor.breaker_layer import refusal_for
@@ -37,6 +38,7 @@ from executor.connection import (
 from executor.context import CallContext
 from executor.errors import BrokerUnavailableError, CircuitOpenError, ErrorType, UsageError
 from executor.execution import error_info, error_result
+from executor.guard import RunBudget, RunGuard
 from executor.keys import REPLY_TTL_S, Keys
 from executor.payloads import Offloader, PayloadPage, PayloadReader, open_store, store_arguments
 from executor.redaction import REPR_LIMIT, secret_names, shown_kwargs
@@ -243,6 +245,52 @@ class ToolClient:
         batch = await asyncio.to_thread(self._prepare_many, list(calls), run_id, timeout)
         await asyncio.to_thread(self._publish, batch)
         return await self._acollect(batch)
+
+    # -- a model's tool calls, under the run's guard -------------------------
+
+    def run_guard(
+        self, run_id: str, budget: RunBudget | None = None, *, clock: Clock | None = None
+    ) -> RunGuard:
+        """The guardrails of run ``run_id``, kept in this client's Redis (see executor.guard)."""
+        return RunGuard(run_id, budget, redis=self.redis, keys=self.keys, clock=clock or self.clock)
+
+    def run_tool_calls(
+        self,
+        tool_calls: Any,
+        *,
+        run_id: str | None = None,
+        format: Format = "openai",
+        budget: RunBudget | None = None,
+        timeout: float | None = None,
+        guard: RunGuard | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run a model response's tool calls in parallel; the replies, in the calls' order.
+
+        ``tool_calls`` is OpenAI's ``tool_calls`` or Anthropic's content blocks
+        (dicts or SDK objects; the assistant message or whole response works
+        too). Returns ``role: tool`` messages or ``tool_result`` blocks. With a
+        ``run_id`` (or a ``guard``) the run's guard counts steps, time and
+        failures in Redis and answers loops with a nudge, then
+        ``tool_disabled``, then ``run_aborted``; a spent budget answers
+        ``run_budget_exhausted``. Without either, the calls just run.
+        """
+        guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
+        return run_round(self, tool_calls, format=format, guard=guard, timeout=timeout).messages
+
+    async def arun_tool_calls(
+        self,
+        tool_calls: Any,
+        *,
+        run_id: str | None = None,
+        format: Format = "openai",
+        budget: RunBudget | None = None,
+        timeout: float | None = None,
+        guard: RunGuard | None = None,
+    ) -> list[dict[str, Any]]:
+        """The asyncio form of :meth:`run_tool_calls`."""
+        guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
+        outcome = await arun_round(self, tool_calls, format=format, guard=guard, timeout=timeout)
+        return outcome.messages
 
     # -- internals ---------------------------------------------------------
 
