@@ -166,6 +166,13 @@ class PayloadLayer:
         self.offloader = offloader
         self.settings = settings
 
+    def ttl_for(self, spec: ToolSpec) -> float:
+        """How long a result is kept: a side-effecting tool's idempotency record replays it
+        (reference and preview) for ``idempotency_retention_s``, so its payload lives as long."""
+        if spec.policy.side_effects:
+            return max(self.settings.payload_ttl_s, self.settings.idempotency_retention_s)
+        return self.settings.payload_ttl_s
+
     def __call__(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         outcome = proceed()
         if not outcome.ok or outcome.payload is not None:
@@ -175,7 +182,7 @@ class PayloadLayer:
         if encoded is None:
             return outcome
         try:
-            ref = self.offloader.put_encoded(encoded, self.settings.payload_ttl_s)
+            ref = self.offloader.put_encoded(encoded, self.ttl_for(attempt.spec))
         except PayloadStoreUnavailableError as exc:
             return replace(outcome, data=None, failure=_unstorable(attempt.spec, exc))
         # imported here: prometheus_client picks its multiprocess mode on first import,

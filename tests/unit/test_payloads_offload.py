@@ -266,3 +266,24 @@ def test_limits_below_the_smallest_preview_are_refused_at_declaration(
     with pytest.raises(ValueError, match="payload_token_budget"):
         Settings(payload_token_budget=MIN_TOKEN_BUDGET - 1)
     assert Settings(payload_token_budget=MIN_TOKEN_BUDGET).payload_token_budget == 200
+
+
+def test_a_side_effecting_tools_payload_lives_as_long_as_its_idempotency_record(
+    store: FilePayloadStore, registry: Registry, clock: ManualClock, settings: Settings
+) -> None:
+    """Its record replays the reference for idempotency_retention_s: the payload must outlive
+    the shorter payload TTL, or a replay would hand out a dead reference."""
+
+    def charge() -> None:
+        """Writes somewhere."""
+
+    spec = _spec(registry, charge, side_effects=True)
+    keeps = settings.model_copy(update={"idempotency_retention_s": 86_400.0})
+    layer = PayloadLayer(Offloader(store, clock), keeps)
+
+    outcome = layer(_attempt(spec, clock), _returns(BIG_TEXT))
+
+    assert outcome.payload is not None
+    assert outcome.payload.expires_at == clock.now() + 86_400
+    clock.advance(3_600)  # past payload_ttl_s (600 s here), within the record's retention
+    assert PayloadReader(store, clock).load(outcome.payload) == BIG_TEXT
