@@ -318,6 +318,8 @@ def _run_tool(self: ToolTask, arguments: Any, context: dict[str, Any]) -> dict[s
         number = attempt_number(self.request.retries, ctx)
         observers.retrying(self.spec, ctx, number, verdict.error.error_type)
         raise RetryLater(verdict)
+    if isinstance(verdict, Defer | NoReply):
+        observers.withdrawn(self.spec, ctx, attempt_number(self.request.retries, ctx))
     if isinstance(verdict, Defer):
         raise DeferLater(verdict)
     if isinstance(verdict, NoReply):
