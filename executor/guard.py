@@ -4,8 +4,8 @@ A model does not remember that it made the same call three times, and a tool
 process forgets everything when it ends; so the counting that stops an agent
 from looping lives in the harness, under the run id. Any client process can
 pick a run up: the state is one JSON document in Redis (:meth:`Keys.run`),
-read and rewritten in a WATCH/MULTI transaction, so two processes advancing
-the same run never lose an update.
+read, changed in Python and written back with a Lua compare-and-set, so two
+processes advancing the same run never lose an update.
 
 A round is one model response's tool calls. :meth:`RunGuard.begin_round`
 decides, before anything runs, what each call may do; :meth:`RunGuard.end_round`
@@ -74,10 +74,11 @@ T = TypeVar("T")
 #: as ``previous_result`` and in an abort's summary, so it must stay readable.
 _EXCERPT_CHARS = 2_000
 _ARGUMENTS_CHARS = 500
-#: Distinct calls remembered for summaries and nudges; the oldest go first.
-_MAX_CALLS = 200
+#: Distinct calls remembered for an abort's summary; the least recently made go first.
+#: The whole state is read and written every round, so it must stay small.
+_MAX_CALLS = 50
 #: Result fingerprints remembered to tell progress from repetition.
-_MAX_SEEN = 2_000
+_MAX_SEEN = 300
 _LAST_RESULTS = 3
 _MAX_ALTERNATIVES = 8
 _MAX_LEVEL = 3
@@ -285,9 +286,10 @@ class RoundPlan:
     timeout: float | None = None
     ended: _Ended | None = None
     offered: tuple[str, ...] = ()
-    #: The state before and after planning, so that a round whose calls never went
-    #: out can be taken back (:meth:`RunGuard.abandon_round`).
-    undo: tuple[RunState | None, RunState] | None = field(default=None, compare=False, repr=False)
+    #: The stored state (JSON) before and after planning: the end of the round is
+    #: written against the latter, and a round whose calls never went out is taken
+    #: back to the former (:meth:`RunGuard.abandon_round`).
+    undo: tuple[str | None, str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def to_run(self) -> list[int]:
@@ -349,6 +351,16 @@ class RunView:
 
 def _digest(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
+
+
+def _call_key(tool: str, arguments: Any) -> str:
+    """The identity of a call, shortened: 64 bits keep collisions out of reach of one run."""
+    return arguments_hash(tool, arguments)[:16]
+
+
+def _copy(state: RunState) -> RunState:
+    """A private copy to change; through JSON, many times faster than ``deepcopy``."""
+    return RunState.model_validate_json(state.model_dump_json())
 
 
 def fingerprint(result: ToolResult) -> str:
@@ -568,6 +580,10 @@ def _remember_request(state: RunState, key: str, tool: str, arguments: Any) -> N
     while len(state.calls) > _MAX_CALLS:
         del state.calls[next(iter(state.calls))]
     state.window = [*state.window, key][-state.budget.window :]
+    recent = set(state.window)
+    for name, kept in state.calls.items():
+        if name not in recent:  # only a call in the window can be nudged with its last result
+            kept.result = None
 
 
 def _alternatives(state: RunState, tool: str, offered: Sequence[str]) -> tuple[str, ...]:
@@ -577,7 +593,7 @@ def _alternatives(state: RunState, tool: str, offered: Sequence[str]) -> tuple[s
 
 
 def _decide(state: RunState, tool: str, arguments: Any, offered: Sequence[str]) -> Decision:
-    key = arguments_hash(tool, arguments)
+    key = _call_key(tool, arguments)
     previous = state.calls[key].result if key in state.calls else None
     _remember_request(state, key, tool, arguments)
     level, finding = _escalate(state, _findings(state, key), tool, key)
@@ -607,11 +623,17 @@ def plan_round(
     budget: RunBudget | None,
     now: float,
     alternatives: Sequence[str] = (),
+    copy: bool = True,
 ) -> tuple[RunState, RoundPlan]:
-    """Decide what each call of a new round may do; returns the state to store."""
-    state = (
-        RunState.new(budget or RunBudget(), now) if state is None else state.model_copy(deep=True)
-    )
+    """Decide what each call of a new round may do; returns the state to store.
+
+    ``copy=False`` changes ``state`` in place: for a caller that owns it (the
+    guard, which has just read it), a copy would only cost time.
+    """
+    if state is None:
+        state = RunState.new(budget or RunBudget(), now)
+    elif copy:
+        state = _copy(state)
     if budget is not None:
         state.budget = budget
     if state.ended is None:
@@ -638,7 +660,7 @@ def _refused_round(
 ) -> RoundPlan:
     """A round of an ended run: nothing runs, every call gets the run's end."""
     verdict = Verdict.EXHAUSTED if ended.type is ErrorType.RUN_BUDGET_EXHAUSTED else Verdict.ABORT
-    decisions = tuple(Decision(t, a, arguments_hash(t, a), verdict) for t, a in calls)
+    decisions = tuple(Decision(t, a, _call_key(t, a), verdict) for t, a in calls)
     return RoundPlan(run_id, state.round, decisions, None, ended)
 
 
@@ -804,11 +826,15 @@ def settle_round(
     results: Sequence[ToolResult | None],
     *,
     now: float,
+    copy: bool = True,
 ) -> tuple[RunState, list[GuardedResult]]:
     """Record what a round's calls returned and turn them into what the model reads."""
     if len(results) != len(plan.decisions):
         raise UsageError(f"{len(plan.decisions)} calls were planned, {len(results)} results given")
-    state = RunState.new(RunBudget(), now) if state is None else state.model_copy(deep=True)
+    if state is None:
+        state = RunState.new(RunBudget(), now)
+    elif copy:
+        state = _copy(state)
     if plan.ended is not None:
         return state, [_ended(plan.ended, d, plan.run_id) for d in plan.decisions]
     ran = [
@@ -832,11 +858,36 @@ def settle_round(
 # -- the guard ------------------------------------------------------------------------
 
 
+#: Compare-and-set of a run's state. KEYS[1]: the state; ARGV: SHA-1 of the value the
+#: caller read ('' = none), the new value ('' = delete), TTL in s. Writes only if the
+#: value is still the one read, so a concurrent round is never overwritten: 1, else 0.
+_CAS = r"""
+local current = redis.call('GET', KEYS[1])
+local seen = ''
+if current then seen = redis.sha1hex(current) end
+if seen ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+end
+return 1
+"""
+
+
+def _sha(raw: str | None) -> str:
+    return "" if raw is None else hashlib.sha1(raw.encode()).hexdigest()
+
+
 class RunGuard:
     """One run's guardrails, with its state in Redis under the run id.
 
     Cheap to build: a new process (or a restarted client) makes a new guard
-    for the same run id and carries on where the last one stopped.
+    for the same run id and carries on where the last one stopped. Updates are
+    optimistic: read, decide in Python, then a Lua compare-and-set that fails
+    if anyone wrote in between (then read again and decide again). A round
+    costs three round trips when nobody else drives the run: a read and a write
+    to begin it, one write to end it (the guard knows what it wrote).
     """
 
     def __init__(
@@ -855,6 +906,7 @@ class RunGuard:
         self.redis = redis
         self.keys = keys or Keys()
         self.clock: Clock = clock or SystemClock()
+        self._cas = redis.register_script(_CAS)
 
     @property
     def key(self) -> str:
@@ -863,24 +915,25 @@ class RunGuard:
     def begin_round(
         self, calls: Sequence[tuple[str, Any]], *, alternatives: Sequence[str] = ()
     ) -> RoundPlan:
-        """Decide each call's fate before any runs (one optimistic transaction).
+        """Decide each call's fate before any runs.
 
         ``alternatives`` are the tools the model may use instead of one the
         guard disables (usually the catalog's names).
         """
 
         def change(state: RunState | None) -> tuple[RunState, RoundPlan]:
-            new, plan = plan_round(
+            return plan_round(
                 state,
                 calls,
                 run_id=self.run_id,
                 budget=self.budget,
                 now=self.clock.now(),
                 alternatives=alternatives,
+                copy=False,
             )
-            return new, replace(plan, undo=(state, new))
 
-        return self._transact(change)
+        plan, before, written = self._transact(change)
+        return replace(plan, undo=(before, written or ""))
 
     def abandon_round(self, plan: RoundPlan) -> bool:
         """Take back a begun round whose calls never went out (the broker or Redis failed).
@@ -891,22 +944,20 @@ class RunGuard:
         """
         if plan.undo is None:
             return False
-        before, after = plan.undo
-
-        def change(state: RunState | None) -> tuple[RunState | None, bool]:
-            if state != after:
-                return None, False
-            return before or RunState.new(after.budget, after.started_at), True
-
-        return self._transact(change)
+        before, written = plan.undo
+        ttl = RUN_IDLE_TTL_S if before is None else self._ttl(RunState.model_validate_json(before))
+        return self._swap(written, before or "", ttl)
 
     def end_round(
         self, plan: RoundPlan, results: Sequence[ToolResult | None]
     ) -> list[GuardedResult]:
         """Record the results of a planned round (None for calls that did not run)."""
-        return self._transact(
-            lambda state: settle_round(state, plan, results, now=self.clock.now())
-        )
+
+        def change(state: RunState | None) -> tuple[RunState, list[GuardedResult]]:
+            return settle_round(state, plan, results, now=self.clock.now(), copy=False)
+
+        known = plan.undo[1] if plan.undo else None
+        return self._transact(change, known=known)[0]
 
     def report_tokens(self, tokens: int) -> RunView:
         """Add the tokens a model response used; the token budget is checked next round."""
@@ -924,7 +975,7 @@ class RunGuard:
 
     def view(self) -> RunView:
         """The run now; a run nobody has started shows its budget and no counts."""
-        raw = self._call(lambda: self.redis.get(self.key))
+        raw = self._call(self._read)
         if raw is None:
             return RunView(self.run_id, exists=False, budget=self.budget or RunBudget())
         state = RunState.model_validate_json(raw)
@@ -940,34 +991,38 @@ class RunGuard:
         wall = state.budget.max_wall_s or 0
         return int(max(RUN_IDLE_TTL_S, wall + 3600))
 
-    def _transact(self, change: Callable[[RunState | None], tuple[RunState | None, T]]) -> T:
-        """Read, change and write the state (None: leave it); a concurrent write: start over."""
+    def _read(self) -> str | None:
+        raw = self.redis.get(self.key)
+        return raw.decode() if isinstance(raw, bytes) else raw
 
-        def attempt() -> tuple[bool, T | None]:
-            with self.redis.pipeline(transaction=True) as pipe:
-                try:
-                    pipe.watch(self.key)  # type: ignore[no-untyped-call]
-                    raw = pipe.get(self.key)
-                    state = None if raw is None else RunState.model_validate_json(raw)
-                    new, out = change(state)
-                    if new is None:
-                        pipe.unwatch()
-                        return True, out
-                    pipe.multi()
-                    pipe.set(self.key, new.model_dump_json(), ex=self._ttl(new))
-                    pipe.execute()
-                    return True, out
-                except redis.WatchError:
-                    return False, None
+    def _transact(
+        self,
+        change: Callable[[RunState | None], tuple[RunState | None, T]],
+        known: str | None = None,
+    ) -> tuple[T, str | None, str | None]:
+        """Change the state (None: leave it); returns (outcome, value read, value written).
 
+        ``known`` is the value this guard last wrote: tried without reading first.
+        """
+        raw = known if known is not None else self._call(self._read)
         for _ in range(_TRANSACTION_TRIES):
-            done, out = self._call(attempt)
-            if done:
-                return out  # type: ignore[return-value]
+            state = None if raw is None else RunState.model_validate_json(raw)
+            new, out = change(state)
+            if new is None:
+                return out, raw, raw
+            text = new.model_dump_json()
+            if self._swap(raw, text, self._ttl(new)):
+                return out, raw, text
+            raw = self._call(self._read)  # someone else wrote: decide again on theirs
         raise UsageError(
             f"run {self.run_id!r} changed under {_TRANSACTION_TRIES} attempts to update it: "
             "is more than one agent loop driving it at once?"
         )
+
+    def _swap(self, expected: str | None, text: str, ttl: int) -> bool:
+        """Write ``text`` ('' deletes) if the stored value is still ``expected``."""
+        args: list[str | int] = [_sha(expected), text, ttl]
+        return bool(self._call(lambda: self._cas(keys=[self.key], args=args)))
 
     def _call(self, fn: Callable[[], T]) -> T:
         try:

@@ -112,7 +112,7 @@ def test_the_state_key_expires_a_day_after_the_last_round_or_after_a_longer_wall
 def test_concurrent_token_reports_from_many_threads_are_all_counted(
     rdb: redis.Redis, keys: Keys, clock: ManualClock
 ) -> None:
-    """WATCH/MULTI: a report that races another is retried, never lost."""
+    """Compare-and-set: a report that races another is decided again, never lost."""
     guard = RunGuard("run-f", RunBudget(max_tokens=10_000), redis=rdb, keys=keys, clock=clock)
 
     def report() -> None:
@@ -154,6 +154,42 @@ def test_two_guards_planning_rounds_of_the_same_run_at_once_both_count(
 
     assert (plan_one.round, plan_two.round) == (1, 2)
     assert one.view().rounds == 2
+
+
+def test_a_round_abandoned_before_anyone_else_wrote_is_taken_back(
+    rdb: redis.Redis, keys: Keys, clock: ManualClock
+) -> None:
+    """The broker refused the calls: the round counts neither as a step nor as repeats."""
+    guard = RunGuard("run-j", redis=rdb, keys=keys, clock=clock)
+    play(guard, [("search", {"q": "a"})])
+    stored = rdb.get(keys.run("run-j"))
+
+    plan = guard.begin_round([("search", {"q": "a"})])
+
+    assert guard.abandon_round(plan) is True
+    assert rdb.get(keys.run("run-j")) == stored
+    assert guard.view().rounds == 1
+
+
+def test_a_first_round_abandoned_leaves_no_run_behind(
+    rdb: redis.Redis, keys: Keys, clock: ManualClock
+) -> None:
+    guard = RunGuard("run-k", redis=rdb, keys=keys, clock=clock)
+    assert guard.abandon_round(guard.begin_round([("search", {})])) is True
+    assert guard.view().exists is False
+
+
+def test_an_abandon_after_another_write_changes_nothing(
+    rdb: redis.Redis, keys: Keys, clock: ManualClock
+) -> None:
+    """Another loop advanced the run meanwhile: its work is not undone."""
+    guard = RunGuard("run-l", redis=rdb, keys=keys, clock=clock)
+    plan = guard.begin_round([("search", {"q": "a"})])
+    guard.report_tokens(10)
+
+    assert guard.abandon_round(plan) is False
+    view = guard.view()
+    assert (view.rounds, view.tokens) == (1, 10)
 
 
 def test_an_unreachable_redis_raises_redis_unavailable(keys: Keys, clock: ManualClock) -> None:
