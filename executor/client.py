@@ -389,7 +389,8 @@ class ToolClient:
         policy = entry["policy"]
         if not policy.get("fallbacks"):
             return None
-        state = ChainState.begin(ctx.tool, policy["queue"], error_info(refusal), 0, arguments)
+        # the arguments travel once, as the message's own (toolexec.fallback reads them there)
+        state = ChainState.begin(ctx.tool, policy["queue"], error_info(refusal), 0, None)
         started = replace(ctx, fallback=state.to_json())
         secrets = secret_names(entry["parameters"])
         return _Prepared(started, arguments, policy["queue"], None, secrets, task=FALLBACK_TASK)

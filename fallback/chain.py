@@ -41,7 +41,7 @@ from executor.context import CallContext
 from executor.errors import CircuitOpenError
 from executor.execution import error_result
 from executor.keys import Keys
-from executor.redaction import secret_names, shown_kwargs
+from executor.redaction import redact, secret_names, shown_kwargs
 from executor.registry import Registry, ToolSpec
 from executor.results import ErrorInfo, FallbackInfo, StepNote, ToolResult
 from executor.settings import Settings
@@ -152,8 +152,21 @@ class ChainRunner:
 
         Inside a chain, an alternative's success is the (degraded) answer and
         its failure hands on to the next step. Outside one, a failure the model
-        cannot fix starts the tool's chain, if it has one.
+        cannot fix starts the tool's chain, if it has one. A chain that cannot
+        go on (Redis unreachable) never leaves the caller without an answer:
+        the primary's own result, or the chain's explanation.
         """
+        try:
+            return self._after_final(spec, arguments, ctx, result)
+        except Exception as exc:
+            log.exception("fallback chain of call %s could not go on", ctx.call_id)
+            if ctx.fallback is None:
+                return None
+            return Deliver(self.explain_now(ctx, f"{type(exc).__name__}: {exc}"))
+
+    def _after_final(
+        self, spec: ToolSpec, arguments: Any, ctx: CallContext, result: ToolResult
+    ) -> Action | None:
         if ctx.fallback is not None:
             return self._after_alternative(spec, ctx, result)
         spec = self.registry.get(spec.name) or spec  # set_fallbacks may have come later
@@ -183,8 +196,13 @@ class ChainRunner:
         )
 
     def _hand_on(self, ctx: CallContext, state: ChainState) -> Send:
-        """The rest of the chain runs as ``toolexec.fallback`` where the primary's code is."""
-        return self._send(FALLBACK_TASK, state.queue, ctx, state, state.arguments)
+        """The rest of the chain runs as ``toolexec.fallback`` where the primary's code is.
+
+        The call's arguments travel as the message's own ``arguments``, not a
+        second time in the context.
+        """
+        bare = replace(state, arguments=None)
+        return self._send(FALLBACK_TASK, state.queue, ctx, bare, state.arguments)
 
     def _send(
         self, task: str, queue: str | None, ctx: CallContext, state: ChainState, arguments: Any
@@ -193,7 +211,7 @@ class ChainRunner:
         kwargs = _message(ctx, state, arguments)
         tools = {state.primary, task.removeprefix("tools.")}
         secrets = frozenset().union(*(self._secret_names(tool) for tool in tools))
-        return Send(task, kwargs, state.task_id(ctx.call_id), queue, shown_kwargs(kwargs, secrets))
+        return Send(task, kwargs, state.task_id(ctx.call_id), queue, _shown(kwargs, secrets))
 
     def _secret_names(self, tool: str) -> frozenset[str]:
         """Arguments the tool's schema marks secret: kept out of logs, events and Flower."""
@@ -210,13 +228,27 @@ class ChainRunner:
 
     # -- toolexec.fallback -----------------------------------------------------
 
-    def advance(self, ctx: CallContext) -> Action:
-        """Run the chain from its next step until one sends a message or answers."""
+    def advance(self, ctx: CallContext, arguments: Any = None) -> Action:
+        """Run the chain from its next step until one sends a message or answers.
+
+        ``arguments`` are the call's, as ``toolexec.fallback`` received them.
+        """
         state = ChainState.from_json(ctx.fallback or {})
+        if state.arguments is None:
+            state = replace(state, arguments=arguments)
         chain = self._chain(state.primary)
         spec = self.registry.get(state.primary)
         for index in range(state.next, len(chain)):
-            action, state = self._step(chain[index], spec, ctx, state.at(index + 1))
+            step, state = chain[index], state.at(index + 1)
+            try:
+                action, state = self._step(step, spec, ctx, state)
+            except Exception as exc:  # e.g. Redis unreachable: the next step may still answer
+                log.exception("fallback step %s of call %s failed", step.source, ctx.call_id)
+                reason = f"{type(exc).__name__}: {exc}"
+                action, state = (
+                    None,
+                    state.noted(StepNote(source=step.source, outcome="failed", reason=reason)),
+                )
             if action is not None:
                 return action
         raise AssertionError("a completed chain ends in Explain, which always answers")
@@ -309,6 +341,15 @@ class ChainRunner:
             update={"degraded": True, "source": "explanation", "fallback": _fallback_info(state)}
         )
         return answer
+
+
+def _shown(kwargs: dict[str, Any], secrets: frozenset[str]) -> str:
+    """``kwargsrepr`` of a step: the call's arguments a step carries in its context redacted too."""
+    chain = kwargs["context"].get("fallback") or {}
+    if chain.get("arguments") is None:
+        return shown_kwargs(kwargs, secrets)
+    hidden = {**chain, "arguments": redact(chain["arguments"], secrets)}
+    return shown_kwargs({**kwargs, "context": {**kwargs["context"], "fallback": hidden}}, secrets)
 
 
 def _skip(state: ChainState, step: Alternative | LastGood, reason: str) -> ChainState:

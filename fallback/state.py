@@ -2,11 +2,13 @@
 
 Each step is its own Celery message, so everything a later step needs rides
 in :attr:`CallContext.fallback <executor.context.CallContext.fallback>`: the
-primary's error (every degraded answer keeps it), the call's original
-arguments (for the cache key and the next argument mapping), where the chain
-runs, and a note for each step that did not answer. The caller's call id and
-reply list stay the same throughout, so whichever step answers last delivers
-to the handle the caller already holds.
+primary's error (every degraded answer keeps it), where the chain runs, and a
+note for each step that did not answer. The call's own arguments (for the
+cache key and the next argument mapping) are the ``arguments`` of each
+``toolexec.fallback`` message; only while an alternative runs, on arguments
+mapped for it, do they ride in the state. The caller's call id and reply list
+stay the same throughout, so whichever step answers last delivers to the
+handle the caller already holds.
 """
 
 from __future__ import annotations

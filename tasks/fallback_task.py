@@ -65,7 +65,7 @@ class FallbackTask(ToolTask):
 
 def _run_fallback(self: FallbackTask, arguments: Any, context: dict[str, Any]) -> dict[str, Any]:
     ctx = CallContext.from_json(context)
-    action = worker_state(self.app).chains.advance(ctx)
+    action = worker_state(self.app).chains.advance(ctx, arguments)
     return {"step": carry_out(self, ctx, action)}
 
 

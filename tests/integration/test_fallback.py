@@ -7,6 +7,7 @@ chain ran; the worker's log shows that each step was a Celery task of its own.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,13 @@ from pathlib import Path
 import pytest
 from fallback_tools import INSTEAD, QUEUE
 
+from executor.app import create_app
+from executor.breaker import CircuitBreaker
 from executor.client import ToolClient
+from executor.context import CallContext
 from executor.errors import ErrorType
+from executor.keys import Keys
+from executor.replies import ReplyBox
 from executor.results import ToolResult
 from executor.settings import Settings
 from executor.testing import FlakyServer, Reply, WorkerProcess
@@ -187,3 +193,33 @@ def test_while_the_breaker_is_open_the_client_starts_the_chain_without_the_prima
     log = worker_log.read_text()
     assert f"toolexec.fallback[{call_id}] received" in log
     assert f"tools.forecast_guarded[{call_id}]" not in log
+
+
+def test_a_breaker_open_at_the_worker_starts_the_chain_there(
+    tx: ToolClient, flaky: FlakyServer, settings: Settings
+) -> None:
+    # given forecast_guarded's breaker held open by an operator
+    breakers = CircuitBreaker(tx.redis, Keys(settings.key_prefix))
+    breakers.trip("forecast_guarded", 60)
+    main, lite = _urls(flaky, Reply(200), Reply(200, {"today": "fog"}))
+    now = time.time()
+    ctx = CallContext(uuid.uuid4().hex, "forecast_guarded", now + 20, now, uuid.uuid4().hex)
+
+    # when a producer that skipped the client's pre-check sends a call to the worker
+    producer = create_app(settings)
+    arguments = {"city": "Oslo", "url": main, "lite_url": lite}
+    producer.send_task(
+        "tools.forecast_guarded",
+        kwargs={"arguments": arguments, "context": ctx.to_json()},
+        task_id=ctx.call_id,
+        queue=QUEUE,
+    )
+    box = ReplyBox(tx.keys, ctx.reply_to, [ctx.call_id])
+    box.collect(tx.redis, wait=20)
+    producer.close()
+
+    # then the worker's refusal started the chain, and the answer came to the same reply list
+    result = box.results[ctx.call_id]
+    assert result.ok and result.source == "forecast_lite" and result.data == {"today": "fog"}
+    assert result.fallback is not None and result.fallback.primary_error.type == "circuit_open"
+    assert (_hits(flaky, main), _hits(flaky, lite)) == (0, 1)

@@ -8,12 +8,15 @@ tests/integration/test_fallback.py runs the same chains through real workers.
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from executor.breaker import CircuitBreaker
 from executor.clock import ManualClock
@@ -132,12 +135,19 @@ def _failed(ctx: CallContext, kind: ErrorType = ErrorType.UNAVAILABLE) -> ToolRe
     return error_result(ctx, info, attempts=3, now=ctx.submitted_at + 2)
 
 
-def _started(runner: ChainRunner, tools: Registry, ctx: CallContext) -> CallContext:
-    """The context toolexec.fallback receives once forecast has failed for good."""
+def _started(runner: ChainRunner, tools: Registry, ctx: CallContext) -> Send:
+    """The toolexec.fallback message sent once forecast has failed for good."""
     arguments = {"city": "Oslo"}
     action = runner.after_final(_spec(tools, "forecast"), arguments, ctx, _failed(ctx))
-    assert isinstance(action, Send)
-    return CallContext.from_json(action.kwargs["context"])
+    assert isinstance(action, Send) and action.task == FALLBACK_TASK
+    return action
+
+
+def _advance(runner: ChainRunner, message: Send) -> Any:
+    """What toolexec.fallback does with ``message``."""
+    return runner.advance(
+        CallContext.from_json(message.kwargs["context"]), message.kwargs["arguments"]
+    )
 
 
 def _delivered(action: Any) -> ToolResult:
@@ -347,7 +357,8 @@ def test_a_final_transient_failure_starts_the_chain_on_the_primary_queue(
     )
     state = ChainState.from_json(started.fallback or {})
     assert state.error.type == "unavailable" and state.primary_attempts == 3
-    assert state.arguments == {"city": "Oslo"} and action.kwargs["arguments"] == {"city": "Oslo"}
+    assert action.kwargs["arguments"] == {"city": "Oslo"}
+    assert state.arguments is None  # not a second time in the context
 
 
 def test_success_an_agent_fixable_error_or_no_chain_is_delivered_as_it_is(
@@ -371,7 +382,7 @@ def test_success_an_agent_fixable_error_or_no_chain_is_delivered_as_it_is(
 def test_the_first_step_sends_the_alternative_its_mapped_arguments(
     runner: ChainRunner, tools: Registry, clock: ManualClock
 ) -> None:
-    action = _sent(runner.advance(_started(runner, tools, _ctx(clock))))
+    action = _sent(_advance(runner, _started(runner, tools, _ctx(clock))))
     assert (action.task, action.queue) == ("tools.forecast_lite", "tools")
     assert action.kwargs["arguments"] == {"place": "Oslo"}
     step_ctx = CallContext.from_json(action.kwargs["context"])
@@ -383,7 +394,7 @@ def test_the_first_step_sends_the_alternative_its_mapped_arguments(
 def test_an_alternative_success_is_the_degraded_answer_with_the_primary_error(
     runner: ChainRunner, tools: Registry, clock: ManualClock
 ) -> None:
-    sent = _sent(runner.advance(_started(runner, tools, _ctx(clock))))
+    sent = _sent(_advance(runner, _started(runner, tools, _ctx(clock))))
     step_ctx = CallContext.from_json(sent.kwargs["context"])
     lite = ToolResult(status="ok", tool="forecast", call_id="call-1", data={"t": 3}, attempts=1)
     answer = _delivered(runner.after_final(_spec(tools, "forecast_lite"), {}, step_ctx, lite))
@@ -401,13 +412,13 @@ def test_a_failed_alternative_hands_on_to_the_cache_with_a_note(
     runner: ChainRunner, tools: Registry, cache: LastGoodCache, clock: ManualClock
 ) -> None:
     cache.store("forecast", {"city": "Oslo", "days": 3}, CACHE, {"temp": 4})
-    sent = _sent(runner.advance(_started(runner, tools, _ctx(clock))))
+    sent = _sent(_advance(runner, _started(runner, tools, _ctx(clock))))
     step_ctx = CallContext.from_json(sent.kwargs["context"])
     lite_failed = _failed(step_ctx, ErrorType.TIMEOUT)
     handed = _sent(runner.after_final(_spec(tools, "forecast_lite"), {}, step_ctx, lite_failed))
     assert (handed.task, handed.queue) == (FALLBACK_TASK, "weather")
     clock.advance(5)
-    answer = _delivered(runner.advance(CallContext.from_json(handed.kwargs["context"])))
+    answer = _delivered(_advance(runner, handed))
     assert answer.ok and answer.source == "cache" and answer.data == {"temp": 4}
     assert answer.fallback is not None and answer.fallback.age_s == 5
     assert [(n.source, n.outcome) for n in answer.fallback.tried] == [("forecast_lite", "failed")]
@@ -418,8 +429,8 @@ def test_an_alternative_that_would_overrun_the_deadline_is_skipped(
     runner: ChainRunner, tools: Registry, cache: LastGoodCache, clock: ManualClock
 ) -> None:
     cache.store("forecast", {"city": "Oslo", "days": 3}, CACHE, {"temp": 4})
-    ctx = _started(runner, tools, _ctx(clock, deadline_in=3.5))  # forecast_lite's timeout is 4
-    answer = _delivered(runner.advance(ctx))
+    start = _started(runner, tools, _ctx(clock, deadline_in=3.5))  # forecast_lite's timeout is 4
+    answer = _delivered(_advance(runner, start))
     assert answer.source == "cache"
     assert answer.fallback is not None
     note = answer.fallback.tried[0]
@@ -431,7 +442,7 @@ def test_an_alternative_whose_own_breaker_is_open_is_skipped(
     runner: ChainRunner, tools: Registry, breakers: CircuitBreaker, clock: ManualClock
 ) -> None:
     breakers.trip("forecast_lite", 60)
-    answer = _delivered(runner.advance(_started(runner, tools, _ctx(clock))))
+    answer = _delivered(_advance(runner, _started(runner, tools, _ctx(clock))))
     assert answer.source == "explanation"
     assert answer.fallback is not None
     first, second = answer.fallback.tried
@@ -444,7 +455,7 @@ def test_the_explanation_says_what_to_do_instead_and_keeps_the_primary_error(
     runner: ChainRunner, tools: Registry, breakers: CircuitBreaker, clock: ManualClock
 ) -> None:
     breakers.trip("forecast_lite", 60)
-    answer = _delivered(runner.advance(_started(runner, tools, _ctx(clock))))
+    answer = _delivered(_advance(runner, _started(runner, tools, _ctx(clock))))
     assert answer.status == "error" and answer.degraded and answer.source == "explanation"
     assert answer.error is not None and answer.error.type == "unavailable"
     assert answer.error.suggestion == INSTEAD
@@ -458,9 +469,9 @@ def test_after_the_deadline_the_cache_is_skipped_and_the_explanation_still_answe
     runner: ChainRunner, tools: Registry, cache: LastGoodCache, clock: ManualClock
 ) -> None:
     cache.store("forecast", {"city": "Oslo", "days": 3}, CACHE, {"temp": 4})
-    ctx = _started(runner, tools, _ctx(clock, deadline_in=5))
+    start = _started(runner, tools, _ctx(clock, deadline_in=5))
     clock.advance(5)
-    answer = _delivered(runner.advance(ctx))
+    answer = _delivered(_advance(runner, start))
     assert answer.source == "explanation"
     assert answer.fallback is not None
     assert [(n.source, n.outcome) for n in answer.fallback.tried] == [
@@ -488,7 +499,7 @@ def test_a_mapping_that_raises_skips_its_alternative(
     runner = ChainRunner(registry, {}.get, breakers, cache, clock, "tools")
     ctx = _ctx(clock, "heavy")
     start = _sent(runner.after_final(_spec(registry, "heavy"), {"city": "x"}, ctx, _failed(ctx)))
-    answer = _delivered(runner.advance(CallContext.from_json(start.kwargs["context"])))
+    answer = _delivered(_advance(runner, start))
     assert answer.source == "explanation" and answer.fallback is not None
     assert answer.fallback.tried[0].reason.startswith("argument mapping failed: KeyError")
 
@@ -505,7 +516,7 @@ def test_an_alternative_this_worker_lacks_is_found_in_the_catalog(
     runner = ChainRunner(registry, published.get, breakers, cache, clock, "tools")
     ctx = _ctx(clock, "primary")
     start = _sent(runner.after_final(_spec(registry, "primary"), {"city": "x"}, ctx, _failed(ctx)))
-    action = _sent(runner.advance(CallContext.from_json(start.kwargs["context"])))
+    action = _sent(_advance(runner, start))
     assert (action.task, action.queue) == ("tools.remote_lite", "elsewhere")
     assert action.kwargs["arguments"] == {"city": "x"}  # no mapping: the caller's own
     handed = _sent(
@@ -516,7 +527,7 @@ def test_an_alternative_this_worker_lacks_is_found_in_the_catalog(
             _failed(ctx, ErrorType.TIMEOUT),
         )
     )
-    answer = _delivered(runner.advance(CallContext.from_json(handed.kwargs["context"])))
+    answer = _delivered(_advance(runner, handed))
     assert answer.fallback is not None
     assert answer.fallback.tried[1].reason == "no worker has published this tool"
 
@@ -555,7 +566,7 @@ def test_secret_arguments_are_redacted_in_what_flower_shows_of_each_step(
     start = _sent(
         runner.after_final(_spec(registry, "fetch_private"), arguments, ctx, _failed(ctx))
     )
-    step = _sent(runner.advance(CallContext.from_json(start.kwargs["context"])))
+    step = _sent(_advance(runner, start))
     for sent in (start, step):
         assert "s3cr3t-value" not in sent.shown and "https://x.test" in sent.shown
     assert step.kwargs["arguments"]["token"] == "s3cr3t-value"  # the tool itself gets it
@@ -564,9 +575,47 @@ def test_secret_arguments_are_redacted_in_what_flower_shows_of_each_step(
 def test_a_step_that_cannot_be_sent_ends_the_chain_with_its_explanation_at_once(
     runner: ChainRunner, tools: Registry, clock: ManualClock
 ) -> None:
-    ctx = _started(runner, tools, _ctx(clock))
+    ctx = CallContext.from_json(_started(runner, tools, _ctx(clock)).kwargs["context"])
     answer = runner.explain_now(ctx, "could not send tools.forecast_lite (OperationalError: down)")
     assert answer.source == "explanation" and answer.error is not None
     assert answer.error.suggestion == INSTEAD
     assert answer.fallback is not None
     assert answer.fallback.tried[-1].reason.startswith("could not send tools.forecast_lite")
+
+
+def _unreachable_redis() -> redis.Redis:
+    """A real client for a local port nothing listens on: every command fails to connect."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return redis.Redis(host="127.0.0.1", port=port, retry=Retry(NoBackoff(), 0))
+
+
+def test_a_cache_that_cannot_reach_redis_is_noted_and_the_explanation_still_answers(
+    tools: Registry, keys: Keys, breakers: CircuitBreaker, clock: ManualClock
+) -> None:
+    dead = LastGoodCache(_unreachable_redis(), keys, clock)
+    runner = ChainRunner(tools, {}.get, breakers, dead, clock, "tools")
+    breakers.trip("forecast_lite", 60)
+    answer = _delivered(_advance(runner, _started(runner, tools, _ctx(clock))))
+    assert answer.source == "explanation" and answer.fallback is not None
+    cache_note = answer.fallback.tried[1]
+    assert (cache_note.source, cache_note.outcome) == ("cache", "failed")
+    assert cache_note.reason.startswith("ConnectionError")
+
+
+def test_a_chain_that_cannot_start_delivers_the_primary_result_as_it_is(
+    registry: Registry, keys: Keys, cache: LastGoodCache, clock: ManualClock
+) -> None:
+    @tool(registry=registry, fallbacks=[Alternative("elsewhere")])
+    def lonely(city: str) -> str:
+        """Its alternative lives on another worker, found through an unreachable catalog."""
+        return city
+
+    def catalog(_: str) -> dict[str, Any] | None:
+        raise redis.ConnectionError("catalog unreachable")
+
+    dead_breakers = CircuitBreaker(_unreachable_redis(), keys, clock=clock)
+    runner = ChainRunner(registry, catalog, dead_breakers, cache, clock, "tools")
+    ctx = _ctx(clock, "lonely")
+    assert runner.after_final(_spec(registry, "lonely"), {"city": "x"}, ctx, _failed(ctx)) is None
