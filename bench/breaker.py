@@ -147,8 +147,8 @@ def fast_fail(b: Bench) -> tuple[list[Row], list[str]]:
     def normal() -> ToolResult:
         return b.client.call("breaker_noop", {})
 
-    _latencies(refused, 50, "circuit_open")
-    _latencies(normal, 20, "ok")
+    _latencies(refused, 300, "circuit_open")  # warm-up: connections, caches, the catalog
+    _latencies(normal, 30, "ok")
     samples = {
         "fast": _latencies(refused, cfg.fastfail_calls, "circuit_open"),
         "normal": _latencies(normal, cfg.normal_calls, "ok"),
