@@ -246,12 +246,15 @@ class ToolTask(Task):  # type: ignore[misc]
 
     def _conclude(self, arguments: Any, ctx: CallContext, result: ToolResult) -> None:
         """Deliver a final result, unless the tool's fallback chain takes the call over."""
-        action = worker_state(self.app).chains.after_final(self.spec, arguments, ctx, result)
+        state = worker_state(self.app)
+        action = state.chains.after_final(self.spec, arguments, ctx, result)
         if action is None:
             self._finish(ctx, result)
             return
         from tasks.fallback_task import carry_out  # it builds on this module
 
+        # this attempt is over; the call's end is counted by whichever step answers
+        state.observers.withdrawn(self.spec, ctx, attempt_number(self.request.retries, ctx))
         carry_out(self, ctx, action)
 
     def _retries_allowed(self, exc: RetryLater | DeferLater) -> int:

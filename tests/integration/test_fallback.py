@@ -95,6 +95,9 @@ def test_a_primary_out_of_retries_is_answered_by_its_alternative_as_celery_tasks
     assert f"tools.forecast[{call_id}] received" in log
     assert f"toolexec.fallback[{call_id}-fb1] received" in log
     assert f"tools.forecast_lite[{call_id}-fb2] received" in log
+    # and no step of it is left counted as running (toolexec status)
+    running: list[str] = tx.redis.zrange(tx.keys.in_flight(), 0, -1)  # type: ignore[assignment]
+    assert not [member for member in running if call_id in member]
 
 
 def test_when_the_alternative_fails_too_the_last_good_result_answers_with_its_age(
