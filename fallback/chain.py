@@ -88,8 +88,23 @@ def catalog_lookup(client: redis.Redis, keys: Keys) -> Lookup:
     return entry
 
 
-def _message(ctx: CallContext, state: ChainState, arguments: Any) -> dict[str, Any]:
-    step_ctx = replace(ctx, previous_delay=None, fallback=state.to_json())
+#: Joins a caller's idempotency key and an alternative's name into the alternative's key.
+KEY_JOIN = "/fallback/"
+
+
+def _message(
+    ctx: CallContext, state: ChainState, arguments: Any, tool: str | None = None
+) -> dict[str, Any]:
+    """A step's kwargs; ``tool``: the alternative it runs, if any.
+
+    An alternative gets an idempotency key of its own, derived from the
+    caller's: the caller's key names the primary's call, and the same key on
+    other arguments would be refused as a mismatch.
+    """
+    key = ctx.idempotency_key
+    if key is not None and tool is not None:
+        key = key.partition(KEY_JOIN)[0] + KEY_JOIN + tool
+    step_ctx = replace(ctx, previous_delay=None, fallback=state.to_json(), idempotency_key=key)
     return {"arguments": arguments, "context": step_ctx.to_json()}
 
 
@@ -208,7 +223,8 @@ class ChainRunner:
         self, task: str, queue: str | None, ctx: CallContext, state: ChainState, arguments: Any
     ) -> Send:
         state = state.sent()
-        kwargs = _message(ctx, state, arguments)
+        alternative = task.removeprefix("tools.") if task != FALLBACK_TASK else None
+        kwargs = _message(ctx, state, arguments, alternative)
         tools = {state.primary, task.removeprefix("tools.")}
         secrets = frozenset().union(*(self._secret_names(tool) for tool in tools))
         return Send(task, kwargs, state.task_id(ctx.call_id), queue, _shown(kwargs, secrets))

@@ -226,3 +226,23 @@ def test_a_breaker_open_at_the_worker_starts_the_chain_there(
     assert result.ok and result.source == "forecast_lite" and result.data == {"today": "fog"}
     assert result.fallback is not None and result.fallback.primary_error.type == "circuit_open"
     assert (_hits(flaky, main), _hits(flaky, lite)) == (0, 1)
+
+
+def test_a_call_with_an_idempotency_key_is_still_answered_by_its_alternative(
+    tx: ToolClient, flaky: FlakyServer
+) -> None:
+    # given a failing forecast service and a healthy lite one
+    main, lite = _urls(flaky, Reply(503), Reply(200, {"today": "hail"}))
+    arguments = {"city": "Oslo", "url": main, "lite_url": lite}
+
+    # when the agent calls with an idempotency key (the primary's, not the alternative's)
+    key = uuid.uuid4().hex
+    result = tx.call("forecast", arguments, timeout=20, idempotency_key=key)
+
+    # then the alternative ran under a key of its own and answered
+    assert result.ok and result.source == "forecast_lite" and result.data == {"today": "hail"}
+    assert (_hits(flaky, main), _hits(flaky, lite)) == (2, 1)
+
+    # and the caller's key still names the primary's call: a repeat is no mismatch
+    again = tx.call("forecast", arguments, timeout=20, idempotency_key=key)
+    assert again.ok and again.source == "forecast_lite", again

@@ -11,6 +11,7 @@ import json
 import socket
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Annotated, Any
 
 import pytest
@@ -619,3 +620,16 @@ def test_a_chain_that_cannot_start_delivers_the_primary_result_as_it_is(
     runner = ChainRunner(registry, catalog, dead_breakers, cache, clock, "tools")
     ctx = _ctx(clock, "lonely")
     assert runner.after_final(_spec(registry, "lonely"), {"city": "x"}, ctx, _failed(ctx)) is None
+
+
+def test_an_alternative_gets_an_idempotency_key_of_its_own_derived_from_the_callers(
+    runner: ChainRunner, tools: Registry, clock: ManualClock
+) -> None:
+    ctx = replace(_ctx(clock), idempotency_key="order-42")
+    step = _sent(_advance(runner, _started(runner, tools, ctx)))
+    step_ctx = CallContext.from_json(step.kwargs["context"])
+    assert step_ctx.idempotency_key == "order-42/fallback/forecast_lite"
+    handed = _sent(runner.after_final(_spec(tools, "forecast_lite"), {}, step_ctx, _failed(ctx)))
+    assert (
+        CallContext.from_json(handed.kwargs["context"]).idempotency_key == step_ctx.idempotency_key
+    )
