@@ -6,8 +6,9 @@
 
 It starts what a deployment runs: Redis (``TOOLEXEC_REDIS_URL``, or an embedded
 Valkey), a local weather and orders service that misbehaves on purpose, and a
-worker with the demo's tools (``get_weather``, ``query_order``) and the built-in
-``http_request``. Then the loop: the model answers, its tool calls go to
+worker with the demo's tools (``get_weather``, ``query_order``), the built-in
+``http_request`` and this module, which adds ``weather_mirror`` as the fallback
+of ``get_weather``. Then the loop: the model answers, its tool calls go to
 ``client.run_tool_calls`` with the run id, the replies go back into the
 conversation, until the model answers without calling a tool.
 
@@ -15,11 +16,9 @@ The scripted model plays a run that shows every layer once:
 
 1. retries: the weather service fails twice with 503 for Oslo; the worker
    retries and the model only ever sees the answer;
-2. a fallback: for Bergen the service keeps failing, the model reads the
-   ``unavailable`` error and asks a mirror through ``http_request``. This is a
-   fallback the *model* makes, which is honest about where the data came from.
-   TODO(issue 3): once executor-side fallback chains are declared on tools,
-   show ``get_weather`` falling back by itself (a result marked ``degraded``).
+2. a fallback: for Bergen the service keeps failing; once ``get_weather`` is
+   out of attempts its fallback chain asks ``weather_mirror``, and the model
+   gets that answer marked ``degraded``, with its source and the primary's error;
 3. a nudge, then a disabled tool, then an abort: the model keeps asking for
    the same order; the guard attaches its previous answer, then refuses the
    tool for a turn, then stops the run with a summary the model answers from.
@@ -39,25 +38,51 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Literal, Protocol, cast
 
+import httpx
+
+import tasks.demo_tools  # noqa: F401  get_weather must exist before its fallback is set
 from executor.adapters import Format, parse_tool_calls
 from executor.client import ToolClient
 from executor.embedded import ensure_embedded, stop_embedded
 from executor.guard import RunBudget
+from executor.registry import default_registry, tool
 from executor.settings import Settings
 from executor.testing import FlakyServer, Reply, WorkerProcess
+from fallback import Alternative
 
-TOOLS_MODULE = "tasks.demo_tools"
-SERVICE_URL_ENV = "TOOLEXEC_DEMO_SERVICE_URL"  # read by tasks.demo_tools in the worker
+#: The worker imports the demo's tools and this file (for the fallback below).
+TOOLS_MODULES = "tasks.demo_tools,agent_loop"
+EXAMPLES = Path(__file__).resolve().parent
+SERVICE_URL_ENV = "TOOLEXEC_DEMO_SERVICE_URL"  # read by the tools, in the worker
 MAX_TURNS = 20
 BUDGET = RunBudget(max_steps=12, max_wall_s=120, repeat_threshold=3)
+TASK = "What is the weather in Oslo and in Bergen, and has order A-1001 shipped?"
 
-TASK = (
-    "What is the weather in Oslo and in Bergen, and has order A-1001 shipped? "
-    "If the weather service fails, a mirror answers GET {service}/mirror/weather/<city> "
-    "(use http_request)."
-)
+
+# -- the fallback the worker runs ----------------------------------------------------
+
+
+@tool(timeout=2.0, max_attempts=2, backoff_base=0.1, backoff_cap=0.2)
+def weather_mirror(city: str, unit: Literal["c", "f"] = "c") -> dict[str, Any]:
+    """A copy of the weather service, updated hourly: what get_weather falls back to."""
+    base = os.environ[SERVICE_URL_ENV].rstrip("/")
+    with httpx.Client(timeout=2.0) as http:
+        response = http.get(f"{base}/mirror/weather/{city}")
+        response.raise_for_status()
+    report = response.json()
+    celsius = float(report["temp_c"])
+    temperature = celsius if unit == "c" else round(celsius * 9 / 5 + 32, 1)
+    return {
+        "city": city,
+        "temperature": temperature,
+        "unit": unit,
+        "conditions": report["conditions"],
+    }
+
+
+default_registry.set_fallbacks("get_weather", [Alternative("weather_mirror")])
 
 
 # -- the models ----------------------------------------------------------------------
@@ -112,27 +137,17 @@ class ScriptedModel:
     format: Format = "openai"
     name = "scripted model (no network)"
 
-    def __init__(self, service_url: str) -> None:
-        self.service_url = service_url
+    def __init__(self) -> None:
         self.ids = iter(range(1, 1000))
         order = [("query_order", {"order_id": "A-1001"})]
         self.script: list[Callable[[list[dict[str, Any]]], list[Call]]] = [
             lambda last: [("get_weather", {"city": "Oslo"}), *order],
             lambda last: [("get_weather", {"city": "Bergen"})],
-            self._fallback,
             *[lambda last: order] * 4,  # "has it shipped yet?", again and again
         ]
 
     def start(self, task: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": task}]
-
-    def _fallback(self, last: list[dict[str, Any]]) -> list[Call]:
-        """The weather tool failed for good: ask the mirror the task mentioned."""
-        error = _body(last[0]).get("error") or {}
-        if error.get("type") != "unavailable":
-            return []
-        url = f"{self.service_url}/mirror/weather/Bergen"
-        return [("http_request", {"url": url})]
 
     def respond(self, messages: list[dict[str, Any]]) -> Turn:
         mine = max(i for i, m in enumerate(messages) if m["role"] in ("user", "assistant"))
@@ -251,6 +266,8 @@ class Transcript:
 def _kind(reply: dict[str, Any]) -> str:
     if "guard" in reply:
         return str(reply["guard"]["verdict"])
+    if reply.get("degraded"):
+        return f"degraded from {reply.get('source')}"
     return str((reply.get("error") or {}).get("type") or reply["status"])
 
 
@@ -259,8 +276,12 @@ def _line(tool: str, args: dict[str, Any], reply: dict[str, Any]) -> str:
     if "guard" in reply:
         return f"  ! {call} ran; nudge: {reply['guard']['hint']}"
     error = reply.get("error")
+    data = json.dumps(reply.get("data"))[:100]
+    if reply.get("degraded"):
+        why = (reply.get("fallback") or {}).get("primary_error", {}).get("type")
+        return f"  ~ {call} -> {why}; answered by the fallback {reply.get('source')}: {data}"
     if error is None:
-        return f"  ✓ {call} -> {json.dumps(reply.get('data'))[:100]}"
+        return f"  ✓ {call} -> {data}"
     return f"  ✗ {call} -> {error['type']}: {error['message']}"
 
 
@@ -269,8 +290,7 @@ def agent_loop(
 ) -> Transcript:
     """The loop an agent framework runs, with toolexec doing the tool side."""
     guard = client.run_guard(run_id, BUDGET)
-    service = os.environ.get(SERVICE_URL_ENV, "")
-    messages = model.start(TASK.format(service=service))
+    messages = model.start(TASK)
     transcript = Transcript()
     for number in range(1, MAX_TURNS + 1):
         turn = model.respond(messages)
@@ -327,11 +347,12 @@ def services(say: Callable[[str], None]) -> Iterator[tuple[Settings, FlakyServer
         "TOOLEXEC_HTTP_ALLOW": "127.0.0.1",
         SERVICE_URL_ENV: service.url,
     }
-    worker = WorkerProcess(TOOLS_MODULE, env, concurrency=8, cwd=data_dir)
+    env["PYTHONPATH"] = os.pathsep.join([str(EXAMPLES), os.environ.get("PYTHONPATH", "")])
+    worker = WorkerProcess(TOOLS_MODULES, env, concurrency=8, cwd=data_dir)
     try:
         _script(service)
         worker.start(url, prefix)
-        say(f"worker ready (tools from {TOOLS_MODULE} + http_request); service at {service.url}")
+        say(f"worker ready (tools from {TOOLS_MODULES}); service at {service.url}")
         yield settings, service
     finally:
         worker.stop()
@@ -340,13 +361,13 @@ def services(say: Callable[[str], None]) -> Iterator[tuple[Settings, FlakyServer
             stop_embedded(data_dir)
 
 
-def _model(client: ToolClient, service: FlakyServer) -> tuple[Model, bool]:
+def _model(client: ToolClient) -> tuple[Model, bool]:
     """A real model when an API key is set, else the script; and whether it is scripted."""
     if os.environ.get("OPENAI_API_KEY"):
         return OpenAIModel(client.tool_definitions("openai")), False
     if os.environ.get("ANTHROPIC_API_KEY"):
         return AnthropicModel(client.tool_definitions("anthropic")), False
-    return ScriptedModel(service.url), True
+    return ScriptedModel(), True
 
 
 def checks(transcript: Transcript, service: FlakyServer) -> list[tuple[str, bool]]:
@@ -358,8 +379,10 @@ def checks(transcript: Transcript, service: FlakyServer) -> list[tuple[str, bool
             len(service.hits("/weather/Oslo")) == 3 and weather[:1] == ["ok"],
         ),
         (
-            "fallback: Bergen unavailable, then the mirror via http_request",
-            "unavailable" in weather and transcript.kinds("http_request") == ["ok"],
+            "fallback: Bergen answered by weather_mirror after 3 failed attempts, marked degraded",
+            weather[1:2] == ["degraded from weather_mirror"]
+            and len(service.hits("/weather/Bergen")) == 3
+            and len(service.hits("/mirror/weather/Bergen")) == 1,
         ),
         ("nudge: a repeated call ran with a hint", "nudge" in transcript.kinds()),
         ("disable: the repeated tool was refused", "tool_disabled" in transcript.kinds()),
@@ -376,7 +399,7 @@ def main() -> int:
         print(text, flush=True)
 
     with services(say) as (settings, service), ToolClient(settings) as client:
-        model, scripted = _model(client, service)
+        model, scripted = _model(client)
         run_id = f"run-{uuid.uuid4().hex[:8]}"
         limits = f"{BUDGET.max_steps} steps, {BUDGET.max_wall_s:g} s"
         say(f"agent loop with {model.name}, run {run_id}, budget {limits}\n")

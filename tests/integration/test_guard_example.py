@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "agent_loop.py"
 
 
-def test_the_agent_loop_example_shows_retries_a_fallback_a_nudge_a_disable_and_an_abort(
+def test_the_agent_loop_example_shows_retries_a_fallback_chain_a_nudge_a_disable_and_an_abort(
     settings: Settings, tmp_path: Path
 ) -> None:
     """Given no API key, when the example runs, its scripted run shows every layer and exits 0."""
@@ -45,5 +45,6 @@ def test_the_agent_loop_example_shows_retries_a_fallback_a_nudge_a_disable_and_a
     assert "scripted model (no network)" in out
     for check in ("✓ retries", "✓ fallback", "✓ nudge", "✓ disable", "✓ abort", "✓ the model"):
         assert check in out
+    assert "answered by the fallback weather_mirror" in out
     assert "-> tool_disabled: query_order is disabled" in out
     assert "-> run_aborted: the run was stopped because it is stuck" in out
