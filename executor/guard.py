@@ -55,6 +55,7 @@ from executor.normalize import arguments_hash, canonical_json, normalize
 from executor.results import ErrorInfo, ToolResult
 
 __all__ = [
+    "Decision",
     "GuardedResult",
     "Pattern",
     "RoundPlan",
