@@ -19,6 +19,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import Field
 
+from executor.breaker import BreakerPolicy
 from executor.errors import ToolException
 from executor.registry import tool
 
@@ -50,7 +51,13 @@ def _get_json(path: str) -> Any:
     return response.json()
 
 
-@tool(timeout=1.0, max_attempts=3, backoff_base=0.2, backoff_cap=1.0)
+#: The demo stages five failures of get_weather on purpose (two 503s, three timeouts)
+#: among a dozen calls; the default breaker (50% of at least 10 calls) would open
+#: on what the script itself arranged and refuse the fan-out that follows.
+_DEMO_BREAKER = BreakerPolicy(consecutive_failures=10, failure_rate=None)
+
+
+@tool(timeout=1.0, max_attempts=3, backoff_base=0.2, backoff_cap=1.0, breaker=_DEMO_BREAKER)
 def get_weather(
     city: Annotated[str, Field(description="City name, e.g. 'Oslo'.")],
     unit: Literal["c", "f"] = "c",
