@@ -10,9 +10,10 @@ load instead, and a blip still gets its retries.
 Two kinds, chosen per tool by :class:`RetryBudgetPolicy`:
 
 ``ratio`` (Google SRE book; Finagle's RetryBudget)
-    over the last ``window_s`` seconds, retries may not exceed
+    the retries of the last ``window_s`` seconds never exceed
     ``max(min_retries, ratio * calls)``; ``calls`` counts each call once (its
-    first attempt), so retries stay under ``ratio`` of what agents asked for.
+    first attempt), so retries stay within ``ratio`` of what agents asked for:
+    at most ``1 + ratio`` times the load while everything fails.
     ``min_retries`` lets a quiet tool retry its rare failures.
 ``tokens`` (gRPC A6 retry throttling)
     a bucket starts full at ``max_tokens``; every transient failure takes one
@@ -148,36 +149,46 @@ local function clock(arg)
 end
 """
 
-# ARGV[3..6] = window_s, ratio, min_retries, buckets. Fields 'c:<bucket>' and
-# 'r:<bucket>' count calls and retries; buckets older than the window are
-# deleted here, so the hash never holds more than 2 * buckets fields.
+# KEYS[2] = the budget's retries. ARGV[3..6] = window_s, ratio, min_retries,
+# buckets. Calls are counted per bucket in the hash ('c:<bucket>'), buckets
+# older than the window deleted here, so the hash holds at most buckets + 1
+# fields; the window then reaches back between 9/10 and all of window_s, which
+# can only undercount calls. Retries are members of a sorted set scored by
+# their time, so each leaves the window exactly window_s after it was made:
+# the retries of any window_s never exceed the allowance.
 _RATIO = r"""
+local RETRIES = KEYS[2]
 local now, op = clock(ARGV[1]), ARGV[2]
 local window, ratio, floor_, buckets =
   tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local current = math.floor(now * buckets / window)
 local oldest = current - buckets + 1
 local raw = redis.call('HGETALL', KEY)
-local calls, retries, stale = 0, 0, {}
+local calls, stale = 0, {}
 for i = 1, #raw, 2 do
-  local kind, index = string.sub(raw[i], 1, 1), tonumber(string.sub(raw[i], 3))
-  if index == nil or index < oldest then table.insert(stale, raw[i])
-  elseif kind == 'c' then calls = calls + tonumber(raw[i + 1])
-  elseif kind == 'r' then retries = retries + tonumber(raw[i + 1]) end
+  local field = raw[i]
+  local index = tonumber(string.sub(field, 3))
+  if string.sub(field, 1, 2) == 'c:' and index ~= nil and index >= oldest then
+    calls = calls + tonumber(raw[i + 1])
+  elseif field ~= 'seq' then table.insert(stale, field) end
 end
 if #stale > 0 then redis.call('HDEL', KEY, unpack(stale)) end
-local bucket = string.format('%d', current)
 if op == 'call' then
-  redis.call('HINCRBY', KEY, 'c:' .. bucket, 1)
+  redis.call('HINCRBY', KEY, 'c:' .. string.format('%d', current), 1)
   calls = calls + 1
 end
+redis.call('ZREMRANGEBYSCORE', RETRIES, '-inf', fmt(now - window))
+local retries = redis.call('ZCARD', RETRIES)
 local allowance = math.max(floor_, ratio * calls)
-local allowed = retries < allowance
+local allowed = retries + 1 <= allowance
 if op == 'spend' and allowed then
-  redis.call('HINCRBY', KEY, 'r:' .. bucket, 1)
+  redis.call('ZADD', RETRIES, fmt(now), redis.call('HINCRBY', KEY, 'seq', 1))
   retries = retries + 1
 end
-if op ~= 'peek' then redis.call('PEXPIRE', KEY, math.ceil(window * 2000)) end
+if op ~= 'peek' then
+  redis.call('PEXPIRE', KEY, math.ceil(window * 2000))
+  redis.call('PEXPIRE', RETRIES, math.ceil(window * 2000))
+end
 return {allowed and 1 or 0, fmt(calls), fmt(retries), fmt(allowance)}
 """
 
@@ -250,7 +261,7 @@ class RetryBudget:
         if not policy.enabled or self.fail_open.down():
             return blind
         now = "" if self.clock is None else repr(float(self.clock.now()))
-        keys = [self.keys.budget(name)]
+        keys = [self.keys.budget(name), self.keys.budget_retries(name)]
         try:
             if policy.kind == "ratio":
                 args = [policy.window_s, policy.ratio, policy.min_retries, BUCKETS]
@@ -274,7 +285,7 @@ class RetryBudget:
 
     def reset(self, name: str) -> None:
         """Forget a budget's history (tests, and an operator after an incident)."""
-        self.redis.delete(self.keys.budget(name))
+        self.redis.delete(self.keys.budget(name), self.keys.budget_retries(name))
 
 
 def counts_against_budget(failure: ToolException | None) -> bool:

@@ -151,6 +151,14 @@ class Keys:
         """
         return f"{self.prefix}:budget:{{{name}}}"
 
+    def budget_retries(self, name: str) -> str:
+        """Sorted set: a ratio budget's retries of the last window, scored by time (epoch s).
+
+        Same hash tag and TTL as :meth:`budget`; members older than the window
+        are removed by every script that reads it.
+        """
+        return f"{self.prefix}:budget:{{{name}}}:retries"
+
     def rate_limit(self, name: str) -> str:
         """String: a shared rate limit's theoretical arrival time (GCRA, epoch s).
 

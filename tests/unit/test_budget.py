@@ -110,16 +110,42 @@ def test_the_window_slides_a_bucket_at_a_time(budget: RetryBudget, clock: Manual
     assert budget.peek(NAME, TEN_PERCENT).calls == 10
 
 
-def test_the_hash_stays_small_however_long_a_tool_runs(
+def test_state_stays_small_however_long_a_tool_runs(
     budget: RetryBudget, rdb: redis.Redis, keys: Keys, clock: ManualClock
 ) -> None:
+    """A bucket per tenth of the window (and a counter), and only the window's retries."""
+    floor = RetryBudgetPolicy(ratio=0.1, window_s=10.0, min_retries=5)
     for _ in range(300):
-        calls(budget, 1)
-        budget.spend(NAME, TEN_PERCENT)
+        calls(budget, 1, floor)
+        budget.spend(NAME, floor)
         clock.advance(0.5)
-    assert rdb.hlen(keys.budget(NAME)) <= 2 * BUCKETS
-    ttl_ms = rdb.pttl(keys.budget(NAME))
-    assert 0 < ttl_ms <= 2 * TEN_PERCENT.window_s * 1000
+    assert rdb.hlen(keys.budget(NAME)) <= BUCKETS + 1
+    assert rdb.zcard(keys.budget_retries(NAME)) == 5
+    for key in (keys.budget(NAME), keys.budget_retries(NAME)):
+        assert 0 < rdb.pttl(key) <= 2 * TEN_PERCENT.window_s * 1000
+
+
+def test_a_retry_counts_for_a_whole_window_after_it_was_made(
+    budget: RetryBudget, clock: ManualClock
+) -> None:
+    """Retries leave exactly window_s after they were made, never a bucket early: a burst
+    of retries at an outage's start cannot be spent again before the window has passed."""
+    calls(budget, 100)
+    clock.advance(0.5)
+    assert spend_all(budget) == 10
+    clock.advance(TEN_PERCENT.window_s - 0.5)  # the calls' bucket has left; the retries not
+    view = budget.peek(NAME, TEN_PERCENT)
+    assert (view.calls, view.retries) == (0, 10)
+    calls(budget, 100)
+    assert spend_all(budget) == 0
+    clock.advance(0.5)
+    assert spend_all(budget) == 10
+
+
+def test_retries_never_exceed_the_allowance_even_by_one(budget: RetryBudget) -> None:
+    """99 calls allow 9.9 retries: 9, since a tenth retry would make 10 > 9.9."""
+    calls(budget, 99)
+    assert spend_all(budget) == 9
 
 
 def test_peek_changes_nothing(budget: RetryBudget) -> None:
