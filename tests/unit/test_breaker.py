@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -35,19 +33,6 @@ NAME = "get_weather"
 CONSECUTIVE = BreakerPolicy(
     consecutive_failures=3, failure_rate=None, open_s=30.0, half_open_probes=2, close_after=2
 )
-
-
-@pytest.fixture
-def rdb(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis_client(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def keys() -> Keys:
-    """A prefix of its own per test, so no breaker state leaks between tests."""
-    return Keys(f"t-{uuid.uuid4().hex[:10]}")
 
 
 @pytest.fixture

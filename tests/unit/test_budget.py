@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -13,7 +11,7 @@ import redis
 
 from executor.budget import BUCKETS, RetryBudget, RetryBudgetPolicy, budget_name
 from executor.clock import ManualClock
-from executor.connection import fail_fast_client, redis_client
+from executor.connection import fail_fast_client
 from executor.errors import ConfigurationError
 from executor.keys import Keys
 
@@ -24,19 +22,6 @@ TEN_PERCENT = RetryBudgetPolicy(ratio=0.1, window_s=10.0, min_retries=0)
 DEAD_URL = "unix:///nonexistent/toolexec-test.sock"
 #: gRPC A6 defaults scaled down: 10 tokens, a success refunds 0.5.
 TOKENS = RetryBudgetPolicy(kind="tokens", max_tokens=10, token_ratio=0.5)
-
-
-@pytest.fixture
-def rdb(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis_client(redis_url, max_connections=64)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def keys() -> Keys:
-    """A prefix of its own per test, so no budget leaks between tests."""
-    return Keys(f"t-{uuid.uuid4().hex[:10]}")
 
 
 @pytest.fixture

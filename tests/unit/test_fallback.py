@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Annotated, Any
 
@@ -21,7 +20,6 @@ from redis.retry import Retry
 
 from executor.breaker import CircuitBreaker
 from executor.clock import ManualClock
-from executor.connection import redis_client
 from executor.context import CallContext
 from executor.errors import ConfigurationError, ErrorType, UnavailableError
 from executor.execution import Executor, Final, Verdict, error_info, error_result
@@ -82,18 +80,6 @@ def tools(registry: Registry) -> Registry:
         return city
 
     return registry
-
-
-@pytest.fixture
-def rdb(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis_client(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def keys() -> Keys:
-    return Keys(f"t-{uuid.uuid4().hex[:10]}")
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -17,19 +17,6 @@ from executor.errors import ErrorType, RedisUnavailableError
 from executor.guard import GuardedResult, RunBudget, RunGuard, Verdict
 from executor.keys import RUN_IDLE_TTL_S, Keys
 from executor.results import ToolResult
-
-
-@pytest.fixture
-def rdb(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis_client(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def keys() -> Keys:
-    """A prefix of its own per test, so no run state leaks between tests."""
-    return Keys(f"t-{uuid.uuid4().hex[:10]}")
 
 
 def play(guard: RunGuard, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[GuardedResult]:

@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 import random
 import socket
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 
 from executor.clock import ManualClock
-from executor.connection import fail_fast_client, redis_client
+from executor.connection import fail_fast_client
 from executor.context import CallContext
 from executor.errors import ErrorType, NotFoundError, ToolTimeoutError, UnavailableError
 from executor.execution import Executor, Final, NoReply, Retry, Verdict
@@ -39,18 +38,6 @@ class Ledger:
 
     def has(self, order_id: str) -> bool:
         return order_id in self.writes
-
-
-@pytest.fixture
-def rdb(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis_client(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def keys() -> Keys:
-    return Keys(f"t-{uuid.uuid4().hex[:10]}")
 
 
 @pytest.fixture

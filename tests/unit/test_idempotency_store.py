@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
 from executor.clock import ManualClock
-from executor.connection import redis_client
 from executor.context import CallContext
 from executor.idempotency import Claim, IdempotencyStore, Lease, Message
 from executor.keys import Keys
@@ -21,19 +18,6 @@ LEASE_S = 5.0
 RETENTION_S = 3600.0
 RECORD = "r" * 40
 ARGS = "args-hash-1"
-
-
-@pytest.fixture
-def rdb(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis_client(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def keys() -> Keys:
-    """A prefix of its own per test, so no record leaks between tests."""
-    return Keys(f"t-{uuid.uuid4().hex[:10]}")
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import logging
 import random
 import threading
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -14,7 +13,7 @@ import pytest
 import redis
 
 from executor.clock import ManualClock
-from executor.connection import fail_fast_client, redis_client
+from executor.connection import fail_fast_client
 from executor.context import CallContext
 from executor.errors import ConfigurationError, ErrorType
 from executor.execution import Defer, Executor, Final
@@ -32,18 +31,6 @@ DEAD_URL = "unix:///nonexistent/toolexec-test.sock"
 def about(expected: object) -> object:
     """Equal to within 10 µs: times near 1.7e9 s carry float noise of a few tenths of a µs."""
     return pytest.approx(expected, abs=1e-5)
-
-
-@pytest.fixture
-def rdb(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis_client(redis_url, max_connections=64)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def keys() -> Keys:
-    return Keys(f"t-{uuid.uuid4().hex[:10]}")
 
 
 @pytest.fixture

@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import pytest
 import redis
 
 from executor.clock import ManualClock
-from executor.connection import redis_client
 from executor.keys import STATS_TTL_S, Keys
 from executor.stats import CallStats
 
 START = 1_700_000_040.0  # on a minute boundary
-
-
-@pytest.fixture
-def rdb(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis_client(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def keys() -> Keys:
-    return Keys(f"t-{uuid.uuid4().hex[:10]}")
 
 
 @pytest.fixture
