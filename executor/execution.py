@@ -31,6 +31,7 @@ from executor.errors import (
     ToolTimeoutError,
 )
 from executor.layers import Attempt, Layer, Outcome, compose
+from executor.redaction import secret_names
 from executor.registry import ToolSpec
 from executor.results import ErrorInfo, Timings, ToolResult
 from executor.retry import decide
@@ -225,7 +226,7 @@ class Executor:
             arguments = spec.arguments.model_validate(raw_arguments)
         except pydantic.ValidationError as exc:
             invalid = InvalidArgumentsError(
-                describe_validation_error(exc),
+                describe_validation_error(exc, secret_names(spec.json_schema())),
                 suggestion="Fix the fields named above and call the tool again; "
                 "the schema is in the tool's definition.",
             )

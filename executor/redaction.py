@@ -27,6 +27,7 @@ __all__ = [
     "REDACTED",
     "REPR_LIMIT",
     "Secret",
+    "is_secret_path",
     "is_secret_schema",
     "redact",
     "secret_names",
@@ -118,6 +119,11 @@ def redact(value: Any, secrets: frozenset[str] = frozenset()) -> Any:
         changed = any(new is not old for new, old in zip(items, value, strict=True))
         return items if changed else value
     return value
+
+
+def is_secret_path(path: Any, secrets: frozenset[str]) -> bool:
+    """Whether any step of a field's location names a secret (a validation error's ``loc``)."""
+    return any(_is_secret_key(step, secrets) for step in path)
 
 
 def _is_secret_key(key: Any, secrets: frozenset[str]) -> bool:

@@ -14,6 +14,8 @@ from typing import Any
 import jsonschema
 import pydantic
 
+from executor.redaction import is_secret_path, secret_names
+
 __all__ = ["describe_validation_error", "validate_against_schema"]
 
 _MAX_INPUT_REPR = 80
@@ -32,8 +34,15 @@ def _location(path: Iterable[Any]) -> str:
     return ".".join(parts) if parts else "(arguments)"
 
 
-def describe_validation_error(exc: pydantic.ValidationError) -> str:
-    """One line per bad field: ``field: problem (given X)``."""
+def _given(value: Any, path: Iterable[Any], secrets: frozenset[str]) -> str:
+    """What was given, unless it is a secret: a message ends up in logs and Flower."""
+    return "a hidden value" if is_secret_path(path, secrets) else _shown(value)
+
+
+def describe_validation_error(
+    exc: pydantic.ValidationError, secrets: frozenset[str] = frozenset()
+) -> str:
+    """One line per bad field: ``field: problem (given X)``; secret values are not shown."""
     lines = []
     for err in exc.errors(include_url=False):
         where = _location(err["loc"])
@@ -42,12 +51,14 @@ def describe_validation_error(exc: pydantic.ValidationError) -> str:
         elif err["type"] == "extra_forbidden":
             lines.append(f"{where}: not an argument of this tool")
         else:
-            lines.append(f"{where}: {err['msg']} (given {_shown(err['input'])})")
+            given = _given(err["input"], err["loc"], secrets)
+            lines.append(f"{where}: {err['msg']} (given {given})")
     return "invalid arguments: " + "; ".join(lines)
 
 
 def validate_against_schema(arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> str | None:
     """A description of everything wrong with ``arguments``, or None if valid."""
+    secrets = secret_names(schema)
     validator = jsonschema.Draft202012Validator(schema)
     problems = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
     if not problems:
@@ -57,6 +68,10 @@ def validate_against_schema(arguments: Mapping[str, Any], schema: Mapping[str, A
         where = _location(err.absolute_path)
         if err.validator == "required" or err.validator == "additionalProperties":
             lines.append(f"{where}: {err.message}")
+        elif is_secret_path(err.absolute_path, secrets):
+            # jsonschema's own message quotes the value; a secret's must not be quoted.
+            rule = f"{err.validator}: {json.dumps(err.validator_value, default=str)}"
+            lines.append(f"{where}: does not satisfy {rule} (given a hidden value)")
         else:
             lines.append(f"{where}: {err.message} (given {_shown(err.instance)})")
     return "invalid arguments: " + "; ".join(lines)

@@ -12,6 +12,7 @@ import pydantic
 import pytest
 from pydantic import Field
 
+from executor.redaction import Secret, secret_names
 from executor.registry import Registry, ToolSpec, tool
 from executor.validation import describe_validation_error, validate_against_schema
 
@@ -127,3 +128,42 @@ def test_schema_and_pydantic_agree_on_what_is_invalid(weather: ToolSpec) -> None
         except pydantic.ValidationError:
             by_pydantic = False
         assert by_schema == by_pydantic, arguments
+
+
+@pytest.fixture
+def login(registry: Registry) -> ToolSpec:
+    @tool(registry=registry)
+    def sign_in(user: str, token: Annotated[str, Secret], headers: dict[str, str]) -> None:
+        """Sign in."""
+
+    spec = registry.get("sign_in")
+    assert spec is not None
+    return spec
+
+
+SECRET = "tok-7f3a9c-very-secret"
+
+
+def test_a_secret_argument_that_fails_validation_is_not_quoted_by_the_worker(
+    login: ToolSpec,
+) -> None:
+    """Validation messages reach logs and Flower; a secret's value must not."""
+    bad = {"user": "ann", "token": [SECRET], "headers": {"Authorization": [SECRET]}}
+    with pytest.raises(pydantic.ValidationError) as caught:
+        login.arguments.model_validate(bad)
+    message = describe_validation_error(caught.value, secret_names(login.json_schema()))
+    assert SECRET not in message
+    assert "token:" in message and "a hidden value" in message
+    assert "headers.Authorization" in message
+
+
+def test_a_secret_argument_that_fails_validation_is_not_quoted_by_the_client(
+    login: ToolSpec,
+) -> None:
+    """The client validates against the catalog's schema, which marks the secret."""
+    bad = {"user": "ann", "token": 12345678, "headers": {"Authorization": 987654321}}
+    message = validate_against_schema(bad, login.json_schema())
+    assert message is not None
+    assert "12345678" not in message and "987654321" not in message
+    assert "token: does not satisfy type" in message
+    assert "a hidden value" in message
