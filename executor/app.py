@@ -27,6 +27,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     # sentinel:// needs master_name in the transport options; rediss:// an ssl_cert_reqs.
     broker, broker_options = celery_url(settings.broker_url or state_url)
     backend, backend_options = celery_url(state_url)
+    if broker.startswith(("amqp", "pyamqp")):
+        # Without publisher confirms, a call RabbitMQ accepted but had not stored when it
+        # crashed would be lost while the client waits for it until its deadline.
+        broker_options = {**broker_options, "confirm_publish": True}
     return {
         "broker_url": broker,
         "result_backend": backend,
