@@ -45,7 +45,9 @@ __all__ = [
     "median",
     "percentile",
     "print_report",
+    "progress",
     "redis_server",
+    "require",
     "run_settings",
     "timed",
     "worker",
@@ -61,6 +63,17 @@ class Server:
 
     url: str
     pid: int | None = None
+
+
+def progress(message: str) -> None:
+    """Progress goes to stderr, so that stdout holds only the report."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def require(ok: bool, problem: str) -> None:
+    """A call that ended wrongly voids the figures: stop the run rather than report them."""
+    if not ok:
+        raise RuntimeError(problem)
 
 
 @contextlib.contextmanager

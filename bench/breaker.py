@@ -45,6 +45,12 @@ from _common import (
     run_settings,
     worker,
 )
+from _common import (
+    progress as _progress,
+)
+from _common import (
+    require as _require,
+)
 from breaker_bench_tools import OUTAGE_BREAKER
 
 from executor.breaker import BreakerState, CircuitBreaker
@@ -97,16 +103,6 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     args = vars(parser.parse_args(argv))
     config = replace(Config(), **QUICK) if args.pop("quick") else Config()
     return replace(config, **{k: v for k, v in args.items() if v is not None})
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _require(ok: bool, problem: str) -> None:
-    """A call that ended wrongly voids the figures: stop rather than report them."""
-    if not ok:
-        raise RuntimeError(problem)
 
 
 def _kind(result: ToolResult) -> str:

@@ -43,6 +43,12 @@ from _common import (
     run_settings,
     worker,
 )
+from _common import (
+    progress as _progress,
+)
+from _common import (
+    require as _require,
+)
 
 from executor.client import CallHandle, ToolClient
 from executor.results import ToolResult
@@ -85,16 +91,6 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     args = vars(parser.parse_args(argv))
     config = replace(Config(), **QUICK) if args.pop("quick") else Config()
     return replace(config, **{k: v for k, v in args.items() if v is not None})
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _require(ok: bool, problem: str) -> None:
-    """A failed call voids the figures: stop the run rather than report them."""
-    if not ok:
-        raise RuntimeError(problem)
 
 
 # -- 1. what a side-effecting call costs -------------------------------------

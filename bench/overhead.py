@@ -44,6 +44,12 @@ from _common import (
     timed,
     worker,
 )
+from _common import (
+    progress as _progress,
+)
+from _common import (
+    require as _require,
+)
 from celery import Celery
 
 from executor.app import celery_config
@@ -98,10 +104,6 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     config = replace(Config(), **QUICK) if args.pop("quick") else Config()
     given = {name: value for name, value in args.items() if value is not None}
     return replace(config, **given)
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 class BareCelery:
@@ -178,12 +180,6 @@ class Toolexec:
     def close(self) -> None:
         self.client.close()
         self.client.app.close()
-
-
-def _require(ok: bool, problem: str) -> None:
-    """A failed call voids the figures: stop the run rather than report them."""
-    if not ok:
-        raise RuntimeError(problem)
 
 
 def _sequential(round_trip: Callable[[], float], calls: int) -> list[float]:

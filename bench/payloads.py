@@ -45,6 +45,12 @@ from _common import (
     run_settings,
     worker,
 )
+from _common import (
+    progress as _progress,
+)
+from _common import (
+    require as _require,
+)
 from celery import Celery
 
 from executor.app import celery_config
@@ -91,15 +97,6 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         ]
         config = replace(config, sizes=tuple(s for s, _ in kept), calls=tuple(c for _, c in kept))
     return replace(config, **{k: v for k, v in args.items() if v is not None})
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _require(ok: bool, problem: str) -> None:
-    if not ok:
-        raise RuntimeError(problem)
 
 
 @dataclass

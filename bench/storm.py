@@ -55,6 +55,12 @@ from _common import (
     run_settings,
     worker,
 )
+from _common import (
+    progress as _progress,
+)
+from _common import (
+    require as _require,
+)
 from storm_tools import BASE_S, CAP_S, OUTAGE_SETUPS, TIME_SCALES, row_policies, row_tool
 
 from executor.client import ToolClient
@@ -160,10 +166,6 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     config = replace(Config(), **QUICK) if args.pop("quick") else Config()
     given = {name: value for name, value in args.items() if value is not None}
     return replace(config, **given)
-
-
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def _verdict(passed: bool) -> str:
@@ -396,12 +398,6 @@ def _handler(service: StormService) -> type[BaseHTTPRequestHandler]:
             return
 
     return Handler
-
-
-def _require(ok: bool, problem: str) -> None:
-    """A call that must succeed failed: the figures would mean nothing."""
-    if not ok:
-        raise RuntimeError(problem)
 
 
 # --- (b) contention through real workers ---------------------------------------------
