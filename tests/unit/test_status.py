@@ -36,7 +36,9 @@ def test_queue_names_are_the_tools_queues_and_the_default_one() -> None:
 def _publish(url: str, queue: str, priorities: list[int | None]) -> None:
     exchange = Exchange(queue, type="direct")
     declared = Queue(queue, exchange, routing_key=queue, max_priority=10)
-    with Connection(url) as conn:  # type: ignore[no-untyped-call]
+    # With publisher confirms each publish returns once RabbitMQ has the message, so the
+    # count that follows cannot race messages still in flight (Redis ignores the option).
+    with Connection(url, transport_options={"confirm_publish": True}) as conn:  # type: ignore[no-untyped-call]
         producer = conn.Producer()
         for priority in priorities:
             producer.publish(
