@@ -41,15 +41,11 @@ from _common import (
     machine_info,
     percentile,
     print_report,
+    progress,
     redis_server,
+    require,
     run_settings,
     worker,
-)
-from _common import (
-    progress as _progress,
-)
-from _common import (
-    require as _require,
 )
 from breaker_bench_tools import OUTAGE_BREAKER
 
@@ -115,7 +111,7 @@ def _latencies(call: Callable[[], ToolResult], calls: int, expect: str) -> list[
         start = time.perf_counter()
         result = call()
         out.append(time.perf_counter() - start)
-        _require(_kind(result) == expect, f"expected {expect}, got {result}")
+        require(_kind(result) == expect, f"expected {expect}, got {result}")
     return out
 
 
@@ -132,9 +128,7 @@ class Bench:
 
 def fast_fail(b: Bench) -> tuple[list[Row], list[str]]:
     cfg = b.cfg
-    _progress(
-        f"fast fail: {cfg.fastfail_calls} calls of an open breaker, {cfg.normal_calls} normal"
-    )
+    progress(f"fast fail: {cfg.fastfail_calls} calls of an open breaker, {cfg.normal_calls} normal")
     b.breakers.trip("tripped_noop")  # isolated until reset: open for the whole measurement
 
     def refused() -> ToolResult:
@@ -236,7 +230,7 @@ def _agents(b: Bench, tool: str, url: str) -> Counter[str]:
         thread.start()
     for thread in threads:
         thread.join()
-    _require("ok" not in counts, f"a call succeeded during the outage: {counts}")
+    require("ok" not in counts, f"a call succeeded during the outage: {counts}")
     return counts
 
 
@@ -253,11 +247,11 @@ def _outage_side(b: Bench, flaky: FlakyServer, tool: str) -> Outage:
 
 def outage(b: Bench) -> tuple[list[Row], list[str]]:
     cfg = b.cfg
-    _progress(f"outage: {cfg.loops} agent loops for {cfg.outage_s:.0f} s, without then with")
+    progress(f"outage: {cfg.loops} agent loops for {cfg.outage_s:.0f} s, without then with")
     with FlakyServer() as flaky:
         bare = _outage_side(b, flaky, "bare_fetch")
         guarded = _outage_side(b, flaky, "guarded_fetch")
-    _require(guarded.opened_at is not None, "the breaker never opened during the outage")
+    require(guarded.opened_at is not None, "the breaker never opened during the outage")
     assert guarded.opened_at is not None
     k = OUTAGE_BREAKER.half_open_probes
     periods = guarded.transitions // 2  # open -> half_open -> open ... after the first opening
@@ -334,7 +328,7 @@ def _evalsha_per_call(
 
 def overhead(b: Bench) -> tuple[list[Row], list[str]]:
     cfg, n = b.cfg, b.cfg.overhead_calls
-    _progress(f"closed-state overhead: {cfg.rounds} round(s) of {n} calls per side")
+    progress(f"closed-state overhead: {cfg.rounds} round(s) of {n} calls per side")
 
     def guarded() -> ToolResult:
         return b.client.call("breaker_noop", {})
@@ -423,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(argv)
     with redis_server(cfg.redis_url) as server, tempfile.TemporaryDirectory() as tmp:
         settings = run_settings(server.url, Path(tmp))
-        _progress(f"starting a threads worker with {cfg.concurrency} slots on {server.url}")
+        progress(f"starting a threads worker with {cfg.concurrency} slots on {server.url}")
         try:
             with worker(
                 settings,

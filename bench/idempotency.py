@@ -39,15 +39,11 @@ from _common import (
     machine_info,
     percentile,
     print_report,
+    progress,
     redis_server,
+    require,
     run_settings,
     worker,
-)
-from _common import (
-    progress as _progress,
-)
-from _common import (
-    require as _require,
 )
 
 from executor.client import CallHandle, ToolClient
@@ -116,7 +112,7 @@ class Side:
             start = time.perf_counter()
             result = client.call(self.tool, {})
             self.seconds.append(time.perf_counter() - start)
-            _require(result.ok and not result.replayed, f"{self.tool}: {result}")
+            require(result.ok and not result.replayed, f"{self.tool}: {result}")
         after = _commands(client.redis)
         for name, count in after.items():
             self.commands[name] = self.commands.get(name, 0) + count - before.get(name, 0)
@@ -128,7 +124,7 @@ class Side:
 
 
 def cost(cfg: Config, settings: Settings, log: Path) -> tuple[list[Row], list[str]]:
-    _progress(f"cost: {cfg.rounds} round(s) of {cfg.calls} sequential calls per side")
+    progress(f"cost: {cfg.rounds} round(s) of {cfg.calls} sequential calls per side")
     sides = {"read-only": Side("idem_read", [], {}), "side effects": Side("idem_write", [], {})}
     with (
         worker(settings, TOOLS, concurrency=8, pool="threads", log_path=log),
@@ -218,7 +214,7 @@ def _wait_in_flight(flaky: FlakyServer, ledger: Ledger, gates: list[str], n: int
         )
         if started == n:
             return
-        _require(time.monotonic() < end, f"only {started} of {n} writes started in 120 s")
+        require(time.monotonic() < end, f"only {started} of {n} writes started in 120 s")
         time.sleep(0.05)
 
 
@@ -256,7 +252,7 @@ def crash_once(cfg: Config, settings: Settings, tmp: Path) -> CrashRun:
 
 
 def crash(cfg: Config, settings: Settings, tmp: Path) -> tuple[list[Row], list[str]]:
-    _progress(f"crash: SIGKILL with {cfg.crash_calls} writes in flight, lease {cfg.lease} s")
+    progress(f"crash: SIGKILL with {cfg.crash_calls} writes in flight, lease {cfg.lease} s")
     run = crash_once(cfg, settings, tmp)
     n, target = cfg.crash_calls, cfg.lease + 2.0
     duplicates = sum(max(0, w - 1) for w in run.writes)

@@ -39,16 +39,12 @@ from _common import (
     median,
     percentile,
     print_report,
+    progress,
     redis_server,
+    require,
     run_settings,
     timed,
     worker,
-)
-from _common import (
-    progress as _progress,
-)
-from _common import (
-    require as _require,
 )
 from celery import Celery
 
@@ -123,7 +119,7 @@ class BareCelery:
         result = pending.get(timeout=CALL_TIMEOUT_S)
         seconds = time.perf_counter() - start
         self.result_ids.append(pending.id)
-        _require(result is None, f"bench.noop returned {result!r}")
+        require(result is None, f"bench.noop returned {result!r}")
         return seconds
 
     def burst(self, calls: int) -> float:
@@ -162,7 +158,7 @@ class Toolexec:
 
     def round_trip(self) -> float:
         seconds, result = timed(lambda: self.client.call("bench_noop", {}))
-        _require(result.ok, f"bench_noop failed: {result}")
+        require(result.ok, f"bench_noop failed: {result}")
         return seconds
 
     def burst(self, calls: int) -> float:
@@ -174,7 +170,7 @@ class Toolexec:
     def _run_all(self, calls: list[tuple[str, dict[str, Any]]]) -> float:
         seconds, results = timed(lambda: self.client.call_many(calls, timeout=CALL_TIMEOUT_S))
         failed = [r for r in results if not r.ok]
-        _require(not failed, f"{len(failed)} call(s) failed, e.g. {failed[:1]}")
+        require(not failed, f"{len(failed)} call(s) failed, e.g. {failed[:1]}")
         return seconds
 
     def close(self) -> None:
@@ -202,7 +198,7 @@ class Bench:
 
 def latency(b: Bench) -> tuple[list[Row], list[str]]:
     cfg = b.cfg
-    _progress(f"sequential: {cfg.rounds} round(s) of {cfg.calls} calls per side")
+    progress(f"sequential: {cfg.rounds} round(s) of {cfg.calls} calls per side")
     _sequential(b.bare.round_trip, cfg.warmup)
     _sequential(b.tx.round_trip, cfg.warmup)
     runs = interleave(
@@ -236,7 +232,7 @@ def latency(b: Bench) -> tuple[list[Row], list[str]]:
 
 def throughput(b: Bench) -> tuple[list[Row], list[str]]:
     n = b.cfg.throughput_calls
-    _progress(f"throughput: {b.cfg.rounds} round(s) of {n} calls per side")
+    progress(f"throughput: {b.cfg.rounds} round(s) of {n} calls per side")
     meters, runs = _metered(b, lambda: b.bare.burst(n), lambda: b.tx.burst(n))
     rate = {side: n / median(seconds) for side, seconds in runs.items()}
     ratio = rate["toolexec"] / rate["bare"]
@@ -284,7 +280,7 @@ def _cpu_per_call(meters: dict[str, CpuMeter], calls: int) -> str:
 
 def fanout(b: Bench) -> tuple[list[Row], list[str]]:
     cfg, n, sleep = b.cfg, b.cfg.fanout_calls, b.cfg.fanout_sleep
-    _progress(f"fan-out: {cfg.rounds} round(s) of {n} x {sleep} s per side")
+    progress(f"fan-out: {cfg.rounds} round(s) of {n} x {sleep} s per side")
     ideal = math.ceil(n / cfg.concurrency) * sleep
     meters, runs = _metered(b, lambda: b.bare.fanout(n, sleep), lambda: b.tx.fanout(n, sleep))
     wall = {side: median(seconds) for side, seconds in runs.items()}
@@ -339,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with redis_server(cfg.redis_url) as server, tempfile.TemporaryDirectory() as tmp:
         settings = run_settings(server.url, Path(tmp), task_events=cfg.task_events)
         log_path = Path(tmp) / "worker.log"
-        _progress(f"starting a {cfg.pool} worker with {cfg.concurrency} slots on {server.url}")
+        progress(f"starting a {cfg.pool} worker with {cfg.concurrency} slots on {server.url}")
         result_ids: list[str] = []
         try:
             with worker(

@@ -41,15 +41,11 @@ from _common import (
     machine_info,
     median,
     print_report,
+    progress,
     redis_server,
+    require,
     run_settings,
     worker,
-)
-from _common import (
-    progress as _progress,
-)
-from _common import (
-    require as _require,
 )
 from celery import Celery
 
@@ -133,7 +129,7 @@ class Toolexec:
         start = time.perf_counter()
         result = self.client.call("bench_text", {"size": size}, timeout=CALL_TIMEOUT_S)
         seconds = time.perf_counter() - start
-        _require(result.ok, f"bench_text failed: {result.error}")
+        require(result.ok, f"bench_text failed: {result.error}")
         return seconds
 
     def message_bytes(self, size: int) -> int:
@@ -149,7 +145,7 @@ class Toolexec:
         while not (entries := self.raw.lrange(key, 0, -1)) and time.monotonic() < end:
             time.sleep(0.005)
         result = handle.result()
-        _require(result.ok and (size < 4 * KB or result.payload is not None), f"{result}")
+        require(result.ok and (size < 4 * KB or result.payload is not None), f"{result}")
         return len(entries[0])
 
     def close(self) -> None:
@@ -171,7 +167,7 @@ class BareCelery:
         text = pending.get(timeout=CALL_TIMEOUT_S)
         seconds = time.perf_counter() - start
         self.result_ids.append(pending.id)
-        _require(len(text) == size, f"bench.payload_text returned {len(text)} bytes")
+        require(len(text) == size, f"bench.payload_text returned {len(text)} bytes")
         return seconds
 
     def message_bytes(self, size: int) -> int:
@@ -189,7 +185,7 @@ class BareCelery:
 def _last_message(raw: redis.Redis, queue: str) -> int:
     """Bytes of the message just published onto ``queue`` (kombu LPUSHes; nobody consumes)."""
     entries = raw.lrange(queue, 0, 0)
-    _require(len(entries) == 1, f"no message on {queue!r}")
+    require(len(entries) == 1, f"no message on {queue!r}")
     raw.delete(queue)
     return len(entries[0])
 
@@ -322,7 +318,7 @@ def run(config: Config) -> tuple[list[Row], list[tuple[str, str]]]:
                 settings, "payload_bench_tools", concurrency=4, pool="threads", log_path=log
             ):
                 for size, calls in zip(config.sizes, config.calls, strict=True):
-                    _progress(f"{_label(size)}: {calls} calls per side, {config.rounds} round(s)")
+                    progress(f"{_label(size)}: {calls} calls per side, {config.rounds} round(s)")
                     measured[size] = measure_size(
                         size, calls, config.rounds, toolexec, bare, Meter(raw)
                     )

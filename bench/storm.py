@@ -51,15 +51,11 @@ from _common import (
     interleave,
     machine_info,
     markdown_table,
+    progress,
     redis_server,
+    require,
     run_settings,
     worker,
-)
-from _common import (
-    progress as _progress,
-)
-from _common import (
-    require as _require,
 )
 from storm_tools import BASE_S, CAP_S, OUTAGE_SETUPS, TIME_SCALES, row_policies, row_tool
 
@@ -272,7 +268,7 @@ def _cell(ours: float, reference: tuple[float, float] | None, index: int) -> str
 
 
 def part_a(cfg: Config, report: Report) -> None:
-    _progress(f"(a) simulating {cfg.sim_runs} runs per cell for N = {cfg.sim_clients}")
+    progress(f"(a) simulating {cfg.sim_runs} runs per cell for N = {cfg.sim_clients}")
     results = {
         n: {kind: simulate(n, kind, cfg.sim_runs, cfg.seed) for kind in KINDS}
         for n in cfg.sim_clients
@@ -423,8 +419,8 @@ def _row_run(
     results = client.call_many([(row_tool(kind, scale), arguments)] * agents, timeout=900)
     seconds = time.time() - start_at
     failed = [r for r in results if not r.ok]
-    _require(not failed, f"{len(failed)} row update(s) failed, e.g. {failed[:1]}")
-    _require(service.version == agents, f"the row is at {service.version}, not {agents}")
+    require(not failed, f"{len(failed)} row update(s) failed, e.g. {failed[:1]}")
+    require(service.version == agents, f"the row is at {service.version}, not {agents}")
     queued = statistics.fmean(r.timings.queued_ms / max(1, r.attempts) for r in results)
     return RowRun(service.writes, seconds, queued)
 
@@ -463,7 +459,7 @@ def part_b(cfg: Config, client: ToolClient, service: StormService, report: Repor
     for scale in cfg.row_scales:
         rows, checks = [], []
         for n in cfg.row_agents:
-            _progress(f"(b) x{scale}: {n} agents x {len(KINDS)} kinds x {cfg.row_runs} run(s)")
+            progress(f"(b) x{scale}: {n} agents x {len(KINDS)} kinds x {cfg.row_runs} run(s)")
             runs = interleave(cfg.row_runs, _row_contenders(client, service, n, scale))
             rows += _row_rows(cfg, n, runs)
             ratio = statistics.fmean(r.calls for r in runs["full"]) / statistics.fmean(
@@ -607,7 +603,7 @@ def _outage_figures(
 def part_c(cfg: Config, client: ToolClient, service: StormService, report: Report) -> None:
     rows, checks = [], []
     for setup in OUTAGE_SETUPS:
-        _progress(f"(c) outage of {cfg.outage_s:g} s, {cfg.outage_agents} agents, setup {setup}")
+        progress(f"(c) outage of {cfg.outage_s:g} s, {cfg.outage_agents} agents, setup {setup}")
         f = _outage_run(cfg, client, service, setup)
         recovery = "never" if f["recovery_s"] is None else f"{f['recovery_s']:.1f} s"
         rows.append(
@@ -685,7 +681,7 @@ def fleet(cfg: Config, settings: Settings, tmp: Path) -> Iterator[None]:
 def run_workers(cfg: Config, report: Report, url: str, tmp: Path) -> None:
     settings = run_settings(url, tmp, task_events=False)
     service = StormService(cfg.seed)
-    _progress(f"starting {cfg.workers} worker(s) x {cfg.concurrency} slots on {url}")
+    progress(f"starting {cfg.workers} worker(s) x {cfg.concurrency} slots on {url}")
     try:
         with service.running(), fleet(cfg, settings, tmp), ToolClient(settings) as client:
             if "b" in cfg.parts:
