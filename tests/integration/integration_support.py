@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import itertools
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from executor.testing import Hit
@@ -31,3 +34,18 @@ def closed_port() -> int:
 def gaps(hits: list[Hit]) -> list[float]:
     """Seconds between consecutive hits at the service."""
     return [later.at - earlier.at for earlier, later in itertools.pairwise(hits)]
+
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def run_bench(script: str, *args: str) -> str:
+    """Run ``bench/<script>`` to the end and return its report; its figures stay unasserted."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "overhead.py"
+from integration_support import run_bench
 
 pytestmark = pytest.mark.integration
 
 
 def test_quick_overhead_benchmark_exits_0_and_prints_its_table(redis_url: str) -> None:
     """Given the test Redis, when `bench/overhead.py --quick` runs, then it prints the report."""
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--redis-url", redis_url],
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "| scenario | metric | baseline | toolexec | ratio | target | result |" in done.stdout
-    assert "command: `" in done.stdout and "--quick" in done.stdout
+    stdout = run_bench("overhead.py", "--quick", "--redis-url", redis_url)
+    assert "| scenario | metric | baseline | toolexec | ratio | target | result |" in stdout
+    assert "command: `" in stdout and "--quick" in stdout

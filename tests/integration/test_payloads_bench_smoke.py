@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "payloads.py"
+from integration_support import run_bench
 
 pytestmark = pytest.mark.integration
 
@@ -16,13 +11,7 @@ pytestmark = pytest.mark.integration
 def test_a_small_payload_benchmark_exits_0_and_prints_its_table(redis_url: str) -> None:
     """Given the test Redis, when `bench/payloads.py --quick --max-size-mb 1` runs, then it
     prints the report with the message sizes measured off Redis."""
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--max-size-mb", "1", "--redis-url", redis_url],
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "| scenario | metric | baseline | toolexec | ratio | target | result |" in done.stdout
-    assert "| 1 MB | backend value / reply entry |" in done.stdout
-    assert "command: `" in done.stdout and "--max-size-mb 1" in done.stdout
+    stdout = run_bench("payloads.py", "--quick", "--max-size-mb", "1", "--redis-url", redis_url)
+    assert "| scenario | metric | baseline | toolexec | ratio | target | result |" in stdout
+    assert "| 1 MB | backend value / reply entry |" in stdout
+    assert "command: `" in stdout and "--max-size-mb 1" in stdout

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "storm.py"
+from integration_support import run_bench
 
 pytestmark = pytest.mark.integration
 
 
 def test_quick_storm_benchmark_exits_0_and_prints_its_tables(redis_url: str) -> None:
     """Given the test Redis, when `bench/storm.py --quick` runs, then it prints every part."""
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--redis-url", redis_url],
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    stdout = run_bench("storm.py", "--quick", "--redis-url", redis_url)
     for header in (
         "## (a) simulation, mean calls",
         "## (b) the same contention through toolexec workers",
@@ -30,5 +19,5 @@ def test_quick_storm_benchmark_exits_0_and_prints_its_tables(redis_url: str) -> 
         "| N | backoff | calls at the service |",
         "| setup | agent calls | calls at the service | amplification |",
     ):
-        assert header in done.stdout, header
-    assert "command: `" in done.stdout and "--quick" in done.stdout
+        assert header in stdout, header
+    assert "command: `" in stdout and "--quick" in stdout
