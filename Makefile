@@ -19,6 +19,8 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	rm -rf .typecheck && mkdir -p .typecheck/toolexec
+	cd .typecheck/toolexec && ln -s ../../executor/* . && ln -s ../../tasks tasks && ln -s ../../fallback fallback
 	$(BIN)/mypy
 
 test: lint
@@ -57,4 +59,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/overhead.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .typecheck .mypy_cache .ruff_cache .pytest_cache

@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 
 import redis
 
-from executor.embedded import ensure_embedded, stop_embedded
-from executor.settings import Settings
-from executor.testing import WorkerProcess
+from toolexec.embedded import ensure_embedded, stop_embedded
+from toolexec.settings import Settings
+from toolexec.testing import WorkerProcess
 
 __all__ = [
     "BENCH_DIR",

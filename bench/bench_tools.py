@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import time
 
-from executor import tool
-from executor.app import app
+from toolexec import tool
+from toolexec.app import app
 
 
 @tool(timeout=60, max_attempts=1)

@@ -49,11 +49,11 @@ from _common import (
 )
 from breaker_bench_tools import OUTAGE_BREAKER
 
-from executor.breaker import BreakerState, CircuitBreaker
-from executor.client import ToolClient
-from executor.results import ToolResult
-from executor.settings import Settings
-from executor.testing import FlakyServer, Hit, Reply
+from toolexec.breaker import BreakerState, CircuitBreaker
+from toolexec.client import ToolClient
+from toolexec.results import ToolResult
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Hit, Reply
 
 FAST_FAIL_P99_MS = 2.0
 ROUND_TRIPS_PER_CHECK = 1.0

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from executor import tool
-from executor.breaker import BreakerPolicy
+from toolexec import tool
+from toolexec.breaker import BreakerPolicy
 
 NO_BREAKER = BreakerPolicy(enabled=False)
 

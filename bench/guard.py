@@ -37,11 +37,11 @@ from _common import (
     worker,
 )
 
-from executor.client import ToolClient
-from executor.connection import redis_client
-from executor.guard import RunBudget, RunGuard
-from executor.keys import Keys
-from executor.results import ToolResult
+from toolexec.client import ToolClient
+from toolexec.connection import redis_client
+from toolexec.guard import RunBudget, RunGuard
+from toolexec.keys import Keys
+from toolexec.results import ToolResult
 
 GUARD_EXTRA_MS = 3.0
 #: No limits: the bench measures cost, so nothing may stop the run early.

@@ -46,10 +46,10 @@ from _common import (
     worker,
 )
 
-from executor.client import CallHandle, ToolClient
-from executor.results import ToolResult
-from executor.settings import Settings
-from executor.testing import FlakyServer, Ledger, Reply
+from toolexec.client import CallHandle, ToolClient
+from toolexec.results import ToolResult
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Ledger, Reply
 
 TOOLS = "idempotency_tools"
 #: A reply slower than the whole scenario: the first worker's requests stay in flight.

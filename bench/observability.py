@@ -37,10 +37,10 @@ from _common import (
     worker,
 )
 
-from executor.client import ToolClient
-from executor.settings import Settings
-from executor.status import gather
-from executor.testing import WorkerProcess
+from toolexec.client import ToolClient
+from toolexec.settings import Settings
+from toolexec.status import gather
+from toolexec.testing import WorkerProcess
 
 CALL_TIMEOUT_S = 600.0
 

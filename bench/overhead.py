@@ -48,9 +48,9 @@ from _common import (
 )
 from celery import Celery
 
-from executor.app import celery_config
-from executor.client import ToolClient
-from executor.settings import Settings
+from toolexec.app import celery_config
+from toolexec.client import ToolClient
+from toolexec.settings import Settings
 
 LATENCY_TARGET = 1.15
 THROUGHPUT_TARGET = 2.0

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import functools
 
-from executor import tool
-from executor.app import app
-from executor.breaker import BreakerPolicy
+from toolexec import tool
+from toolexec.app import app
+from toolexec.breaker import BreakerPolicy
 
 
 @functools.cache

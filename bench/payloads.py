@@ -49,9 +49,9 @@ from _common import (
 )
 from celery import Celery
 
-from executor.app import celery_config
-from executor.client import ToolClient
-from executor.settings import Settings
+from toolexec.app import celery_config
+from toolexec.client import ToolClient
+from toolexec.settings import Settings
 
 KB, MB = 1024, 1024 * 1024
 LATENCY_TARGET = 2.0

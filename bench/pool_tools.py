@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from executor import tool
-from executor.breaker import BreakerPolicy
+from toolexec import tool
+from toolexec.breaker import BreakerPolicy
 
 NO_BREAKER = BreakerPolicy(enabled=False)
 

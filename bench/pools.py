@@ -26,9 +26,9 @@ from _common import (
     run_settings,
 )
 
-from executor.client import ToolClient
-from executor.settings import Settings
-from executor.testing import WorkerProcess
+from toolexec.client import ToolClient
+from toolexec.settings import Settings
+from toolexec.testing import WorkerProcess
 
 SLOW_S = 2.0
 SLOW_SLOTS = 4

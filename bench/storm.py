@@ -1,6 +1,6 @@
 """Retry storms: Brooker's backoff-and-jitter experiment reproduced, then an outage.
 
-a. Simulation of Brooker (AWS Architecture Blog, 2015; ANCHORS §2): N clients
+a. Simulation of Brooker (AWS Architecture Blog, 2015; docs/background.md, Retry storms): N clients
    start together and each updates one row once with optimistic concurrency
    (read the version, write on condition; a failed write backs off and reads
    again, without limit). Each network hop takes |Normal(10 ms, 2 ms)|;
@@ -59,10 +59,10 @@ from _common import (
 )
 from storm_tools import BASE_S, CAP_S, OUTAGE_SETUPS, TIME_SCALES, row_policies, row_tool
 
-from executor.client import ToolClient
-from executor.results import ToolResult
-from executor.retry import RetryPolicy
-from executor.settings import Settings
+from toolexec.client import ToolClient
+from toolexec.results import ToolResult
+from toolexec.retry import RetryPolicy
+from toolexec.settings import Settings
 
 KINDS = ("none", "exponential", "equal", "full", "decorrelated")
 HOP_MEAN_S = 0.010
@@ -74,7 +74,7 @@ RECOVERED = 0.9  # goodput is back at 90% of its level before the outage
 #: (b)'s agents start together this long after submitting, once workers hold every call.
 START_MARGIN_S = 1.0
 
-#: ANCHORS §2: mean calls (completion ms) of a re-run of Brooker's 2015 simulator.
+#: Mean calls (completion ms) of a re-run of Brooker's 2015 simulator (docs/background.md).
 REFERENCE: dict[int, dict[str, tuple[float, float]]] = {
     10: {
         "none": (51, 377),

@@ -16,9 +16,9 @@ from collections.abc import Callable
 
 import httpx
 
-from executor import Jitter, RetryPolicy, TransientError, tool
-from executor.breaker import BreakerPolicy
-from executor.budget import RetryBudgetPolicy
+from toolexec import Jitter, RetryPolicy, TransientError, tool
+from toolexec.breaker import BreakerPolicy
+from toolexec.budget import RetryBudgetPolicy
 
 #: Brooker's base and cap, in seconds.
 BASE_S = 0.005

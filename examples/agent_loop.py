@@ -42,18 +42,18 @@ from typing import Any, Literal, Protocol, cast
 
 import httpx
 
-import tasks.demo_tools  # noqa: F401  get_weather must exist before its fallback is set
-from executor.adapters import Format, parse_tool_calls
-from executor.client import ToolClient
-from executor.embedded import ensure_embedded, stop_embedded
-from executor.guard import RunBudget
-from executor.registry import default_registry, tool
-from executor.settings import Settings
-from executor.testing import FlakyServer, Reply, WorkerProcess
-from fallback import Alternative
+import toolexec.tasks.demo_tools  # noqa: F401  get_weather must exist before its fallback is set
+from toolexec.adapters import Format, parse_tool_calls
+from toolexec.client import ToolClient
+from toolexec.embedded import ensure_embedded, stop_embedded
+from toolexec.fallback import Alternative
+from toolexec.guard import RunBudget
+from toolexec.registry import default_registry, tool
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
 #: The worker imports the demo's tools and this file (for the fallback below).
-TOOLS_MODULES = "tasks.demo_tools,agent_loop"
+TOOLS_MODULES = "toolexec.tasks.demo_tools,agent_loop"
 EXAMPLES = Path(__file__).resolve().parent
 SERVICE_URL_ENV = "TOOLEXEC_DEMO_SERVICE_URL"  # read by the tools, in the worker
 MAX_TURNS = 20

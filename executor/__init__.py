@@ -5,9 +5,9 @@ name from anywhere with :class:`ToolClient`. Every call ends in one typed
 :class:`ToolResult`.
 """
 
-from executor.client import CallHandle, ToolClient
-from executor.clock import Clock, ManualClock, SystemClock
-from executor.errors import (
+from toolexec.client import CallHandle, ToolClient
+from toolexec.clock import Clock, ManualClock, SystemClock
+from toolexec.errors import (
     BrokerUnavailableError,
     ClientError,
     ConfigurationError,
@@ -33,10 +33,10 @@ from executor.errors import (
     UnavailableError,
     UsageError,
 )
-from executor.registry import Registry, ToolPolicy, ToolSpec, default_registry, tool
-from executor.results import ErrorInfo, PayloadRef, Timings, ToolResult
-from executor.retry import Jitter, RetryDecision, RetryPolicy
-from executor.settings import Settings
+from toolexec.registry import Registry, ToolPolicy, ToolSpec, default_registry, tool
+from toolexec.results import ErrorInfo, PayloadRef, Timings, ToolResult
+from toolexec.retry import Jitter, RetryDecision, RetryPolicy
+from toolexec.settings import Settings
 
 __all__ = [
     "BrokerUnavailableError",

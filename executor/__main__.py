@@ -1,5 +1,5 @@
-"""``python -m executor`` is the ``toolexec`` command."""
+"""``python -m toolexec`` is the ``toolexec`` command."""
 
-from executor.cli import main
+from toolexec.cli import main
 
 main()

@@ -20,12 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from executor.errors import ErrorType, InfrastructureError, UsageError
-from executor.guard import GuardedResult, RoundPlan, RunGuard, Verdict
-from executor.results import ErrorInfo, ToolResult
+from toolexec.errors import ErrorType, InfrastructureError, UsageError
+from toolexec.guard import GuardedResult, RoundPlan, RunGuard, Verdict
+from toolexec.results import ErrorInfo, ToolResult
 
 if TYPE_CHECKING:
-    from executor.client import ToolClient
+    from toolexec.client import ToolClient
 
 __all__ = ["Format", "Round", "ToolCall", "arun_round", "parse_tool_calls", "run_round"]
 

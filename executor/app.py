@@ -1,6 +1,6 @@
 """The Celery application, configured from :class:`Settings` when first used.
 
-``celery -A executor.app worker|inspect|events|flower`` works as operators
+``celery -A toolexec.app worker|inspect|events|flower`` works as operators
 expect: the module-level :data:`app` reads its settings through Celery's
 ``on_configure`` hook, not at import time. Everything Celery does with a
 message is fixed here: JSON only, late acknowledgement, redelivery of calls
@@ -14,14 +14,14 @@ from typing import Any
 
 from celery import Celery
 
-from executor.connection import celery_url, redis_url
-from executor.settings import Settings
+from toolexec.connection import celery_url, redis_url
+from toolexec.settings import Settings
 
 __all__ = ["app", "celery_config", "create_app", "settings_of"]
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    """Celery settings for toolexec; see ANCHORS §1 for why each matters."""
+    """Celery settings for toolexec; see docs/background.md, Celery for why each matters."""
     state_url = redis_url(settings)
     transport = {"visibility_timeout": settings.visibility_timeout}
     # sentinel:// needs master_name in the transport options; rediss:// an ssl_cert_reqs.
@@ -45,7 +45,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # (task_retry_on_worker_lost covers a prefork child that dies; a whole worker
         # killed leaves its messages unacked until the visibility timeout, and
         # side-effecting calls are handed over sooner by their leases: see
-        # executor.idempotency and Settings.visibility_timeout.)
+        # toolexec.idempotency and Settings.visibility_timeout.)
         "task_acks_late": True,
         "task_retry_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
@@ -57,7 +57,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_ignore_result": True,
         "worker_send_task_events": settings.task_events,
         "task_send_sent_event": settings.task_events,
-        "imports": ["tasks", *settings.tools],
+        "imports": ["toolexec.tasks", *settings.tools],
         "worker_hijack_root_logger": False,
     }
 
@@ -88,5 +88,5 @@ def settings_of(celery_app: Celery) -> Settings:
     return found
 
 
-#: The application ``celery -A executor.app`` and the worker use.
+#: The application ``celery -A toolexec.app`` and the worker use.
 app = create_app()

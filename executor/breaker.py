@@ -5,9 +5,9 @@ permits), and every transition runs inside one Lua script: the threshold check
 and the move to open are one atomic step, so 50 workers failing at once open
 it exactly once. pybreaker's Redis storage checks and opens in separate round
 trips, resilience4j and Polly keep breakers per process, and LiteLLM's shared
-cooldowns lag by seconds (ANCHORS §3); none of these can promise that.
+cooldowns lag by seconds (docs/background.md, Resilience systems); none of these can promise that.
 
-Time comes from the injected :class:`~executor.clock.Clock` when there is one
+Time comes from the injected :class:`~toolexec.clock.Clock` when there is one
 (tests: exact, no sleeping), otherwise from Redis ``TIME`` inside the script,
 so that clock skew between hosts cannot open or close a breaker early.
 
@@ -43,14 +43,14 @@ import redis
 import redis.exceptions
 from redis.commands.core import Script
 
-from executor.clock import Clock
-from executor.errors import (
+from toolexec.clock import Clock
+from toolexec.errors import (
     CircuitOpenError,
     ConfigurationError,
     RedisUnavailableError,
     UsageError,
 )
-from executor.keys import BREAKER_IDLE_TTL_S, Keys
+from toolexec.keys import BREAKER_IDLE_TTL_S, Keys
 
 __all__ = [
     "Admission",
@@ -578,7 +578,7 @@ class CircuitBreaker:
     ``redis_retry_s``: a client that retries with backoff would otherwise add
     its seconds of waiting to every tool call of an outage. Operator calls
     (:meth:`trip`, :meth:`reset`, :meth:`snapshot`, ...) always ask, and raise
-    :class:`~executor.errors.RedisUnavailableError`.
+    :class:`~toolexec.errors.RedisUnavailableError`.
     """
 
     def __init__(

@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 import click
 
-from executor.breaker import BreakerView, CircuitBreaker
-from executor.errors import ToolexecError
+from toolexec.breaker import BreakerView, CircuitBreaker
+from toolexec.errors import ToolexecError
 
 __all__ = ["breakers"]
 
@@ -30,9 +30,9 @@ def _json_option(func: F) -> F:
 
 def _breaker() -> CircuitBreaker:
     """A breaker store on the configured Redis, built when a command runs."""
-    from executor.connection import redis_client, redis_url
-    from executor.keys import Keys
-    from executor.settings import Settings
+    from toolexec.connection import redis_client, redis_url
+    from toolexec.keys import Keys
+    from toolexec.settings import Settings
 
     settings = Settings.from_env()
     return CircuitBreaker(redis_client(redis_url(settings)), Keys(settings.key_prefix))

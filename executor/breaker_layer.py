@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from executor.breaker import BreakerPolicy, CircuitBreaker
-from executor.errors import TRANSIENT_TYPES, CircuitOpenError, ToolException
-from executor.layers import Attempt, Outcome, Proceed
+from toolexec.breaker import BreakerPolicy, CircuitBreaker
+from toolexec.errors import TRANSIENT_TYPES, CircuitOpenError, ToolException
+from toolexec.layers import Attempt, Outcome, Proceed
 
 __all__ = ["BreakerLayer", "breaker_name", "counts_as_failure", "refusal_for"]
 

@@ -3,7 +3,7 @@
 A per-call limit does not bound load. When a service fails for everyone, each
 call retries up to ``max_attempts`` and the service gets about three times its
 load exactly when it can least take it; five layers of three retries make 243
-(ANCHORS §2). A retry budget caps retries as a share of all calls, counted for
+(docs/background.md, Retry storms). A retry budget caps retries as a share of all calls, counted for
 every worker together in Redis, so an outage costs ``1 + ratio`` times the
 load instead, and a blip still gets its retries.
 
@@ -36,14 +36,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import redis
 
-from executor.clock import Clock
-from executor.errors import TRANSIENT_TYPES, ConfigurationError, RetryBudgetExhaustedError
-from executor.failopen import UNREACHABLE, FailOpen
-from executor.keys import BUDGET_IDLE_TTL_S, Keys
+from toolexec.clock import Clock
+from toolexec.errors import TRANSIENT_TYPES, ConfigurationError, RetryBudgetExhaustedError
+from toolexec.failopen import UNREACHABLE, FailOpen
+from toolexec.keys import BUDGET_IDLE_TTL_S, Keys
 
 if TYPE_CHECKING:  # the layer protocol's types; layers imports the registry, which imports us
-    from executor.errors import ToolException
-    from executor.layers import Attempt, Outcome, Proceed
+    from toolexec.errors import ToolException
+    from toolexec.layers import Attempt, Outcome, Proceed
 
 __all__ = ["BudgetView", "RetryBudget", "RetryBudgetLayer", "RetryBudgetPolicy", "budget_name"]
 
@@ -212,7 +212,7 @@ def budget_name(tool: str, policy: RetryBudgetPolicy, arguments: Mapping[str, An
     """``tool``, or ``tool@host`` for a budget kept per downstream host."""
     # Imported here: breaker_layer imports the layers, which import the registry,
     # which imports this module for RetryBudgetPolicy.
-    from executor.breaker_layer import breaker_name
+    from toolexec.breaker_layer import breaker_name
 
     return breaker_name(tool, policy.key_argument, arguments)
 

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 import redis
 
-from executor.keys import Keys
-from executor.registry import ToolSpec
+from toolexec.keys import Keys
+from toolexec.registry import ToolSpec
 
 __all__ = ["Catalog", "publish", "read", "to_definitions", "workers_seen"]
 

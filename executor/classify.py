@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import httpx
 import pydantic
 
-from executor.errors import (
+from toolexec.errors import (
     ClientError,
     ForbiddenError,
     InvalidArgumentsError,
@@ -27,7 +27,7 @@ from executor.errors import (
     UnauthorizedError,
     UnavailableError,
 )
-from executor.validation import describe_validation_error
+from toolexec.validation import describe_validation_error
 
 __all__ = ["classify_exception", "classify_response", "parse_retry_after"]
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import click
 
-from executor.breaker_cli import breakers
-from executor.errors import ToolexecError
-from executor.faults_cli import faults
-from executor.ops_cli import flower, serve_embedded
-from executor.status import status
+from toolexec.breaker_cli import breakers
+from toolexec.errors import ToolexecError
+from toolexec.faults_cli import faults
+from toolexec.ops_cli import flower, serve_embedded
+from toolexec.status import status
 
 __all__ = ["main"]
 
@@ -76,15 +76,15 @@ def worker(
     pool = _autoscale_pool(pool, autoscale)
     if tools:
         os.environ["TOOLEXEC_TOOLS"] = tools
-    from executor.app import app, settings_of
-    from executor.registry import default_registry
+    from toolexec.app import app, settings_of
+    from toolexec.registry import default_registry
 
     settings = settings_of(app)
-    from executor import telemetry
+    from toolexec import telemetry
 
     metrics_port = metrics_port or settings.metrics_port
     telemetry.prepare(pool or settings.worker_pool, metrics_port)
-    import tasks  # noqa: F401  (binds every registered tool to a Celery task)
+    import toolexec.tasks  # noqa: F401  (binds every registered tool to a Celery task)
 
     _import_tools(settings.tools)
     wanted = queues or ",".join(
@@ -119,7 +119,7 @@ def worker(
 @click.option("--timeout", type=float, default=None, help="Deadline in seconds.")
 def call(tool: str, arguments: str, run_id: str | None, timeout: float | None) -> None:
     """Call TOOL with ARGUMENTS (a JSON object) and print the result as JSON."""
-    from executor.client import ToolClient
+    from toolexec.client import ToolClient
 
     with ToolClient.from_env() as client:
         result = client.call(tool, arguments, run_id=run_id, timeout=timeout)
@@ -137,7 +137,7 @@ def call(tool: str, arguments: str, run_id: str | None, timeout: float | None) -
 )
 def tools(fmt: str) -> None:
     """Print the tool catalog the workers have published, as JSON."""
-    from executor.client import ToolClient
+    from toolexec.client import ToolClient
 
     with ToolClient.from_env() as client:
         out: Any = (
@@ -152,7 +152,7 @@ def tools(fmt: str) -> None:
 @click.option("--keep-server", is_flag=True, help="Leave the embedded server running.")
 def demo(keep_server: bool) -> None:
     """Run a scripted agent against a misbehaving local service."""
-    from executor.demo import run_demo
+    from toolexec.demo import run_demo
 
     sys.exit(run_demo(keep_server=keep_server))
 
@@ -165,8 +165,8 @@ def embedded() -> None:
 @embedded.command("start")
 def embedded_start() -> None:
     """Start it (or find it running) and print its URL."""
-    from executor.embedded import ensure_embedded
-    from executor.settings import Settings
+    from toolexec.embedded import ensure_embedded
+    from toolexec.settings import Settings
 
     click.echo(ensure_embedded(Settings.from_env().data_dir).url)
 
@@ -174,8 +174,8 @@ def embedded_start() -> None:
 @embedded.command("stop")
 def embedded_stop() -> None:
     """Stop it."""
-    from executor.embedded import stop_embedded
-    from executor.settings import Settings
+    from toolexec.embedded import stop_embedded
+    from toolexec.settings import Settings
 
     stopped = stop_embedded(Settings.from_env().data_dir)
     click.echo("stopped" if stopped else "not running")

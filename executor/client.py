@@ -22,31 +22,31 @@ import redis.asyncio
 from celery import Celery
 from kombu.exceptions import OperationalError
 
-from executor import catalog as catalog_mod
-from executor.adapters import Format, arun_round, run_round
-from executor.app import create_app
-from executor.breaker import BreakerPolicy, CircuitBreaker
-from executor.breaker_layer import refusal_for
-from executor.clock import Clock, SystemClock
-from executor.connection import (
+from toolexec import catalog as catalog_mod
+from toolexec.adapters import Format, arun_round, run_round
+from toolexec.app import create_app
+from toolexec.breaker import BreakerPolicy, CircuitBreaker
+from toolexec.breaker_layer import refusal_for
+from toolexec.clock import Clock, SystemClock
+from toolexec.connection import (
     async_redis_client,
     fail_fast_client,
     redis_client,
     redis_url,
     unavailable,
 )
-from executor.context import CallContext
-from executor.errors import BrokerUnavailableError, CircuitOpenError, ErrorType, UsageError
-from executor.execution import error_info, error_result
-from executor.guard import RunBudget, RunGuard
-from executor.keys import REPLY_TTL_S, Keys
-from executor.payloads import Offloader, PayloadPage, PayloadReader, open_store, store_arguments
-from executor.redaction import REPR_LIMIT, secret_names, shown_kwargs
-from executor.replies import ReplyBox
-from executor.results import ErrorInfo, PayloadRef, ToolResult
-from executor.settings import Settings
-from executor.validation import validate_against_schema
-from fallback.state import FALLBACK_TASK, ChainState
+from toolexec.context import CallContext
+from toolexec.errors import BrokerUnavailableError, CircuitOpenError, ErrorType, UsageError
+from toolexec.execution import error_info, error_result
+from toolexec.fallback.state import FALLBACK_TASK, ChainState
+from toolexec.guard import RunBudget, RunGuard
+from toolexec.keys import REPLY_TTL_S, Keys
+from toolexec.payloads import Offloader, PayloadPage, PayloadReader, open_store, store_arguments
+from toolexec.redaction import REPR_LIMIT, secret_names, shown_kwargs
+from toolexec.replies import ReplyBox
+from toolexec.results import ErrorInfo, PayloadRef, ToolResult
+from toolexec.settings import Settings
+from toolexec.validation import validate_against_schema
 
 __all__ = ["CallHandle", "ToolClient"]
 
@@ -251,7 +251,7 @@ class ToolClient:
     def run_guard(
         self, run_id: str, budget: RunBudget | None = None, *, clock: Clock | None = None
     ) -> RunGuard:
-        """The guardrails of run ``run_id``, kept in this client's Redis (see executor.guard)."""
+        """The guardrails of run ``run_id``, kept in this client's Redis (see toolexec.guard)."""
         return RunGuard(run_id, budget, redis=self.redis, keys=self.keys, clock=clock or self.clock)
 
     def run_tool_calls(
@@ -489,7 +489,7 @@ class ToolClient:
             out.append(found if found is not None else self._no_reply(p))
         return out
 
-    # -- large results and arguments (executor.payloads) --------------------
+    # -- large results and arguments (toolexec.payloads) --------------------
 
     def _payload_io(self) -> tuple[Offloader, PayloadReader]:
         """The payload store, opened on first use (an S3 client takes a while to build)."""
@@ -504,8 +504,8 @@ class ToolClient:
     def fetch_payload(self, ref: PayloadRef) -> bytes:
         """A stored payload's bytes, checked against its sha256.
 
-        Raises :class:`~executor.errors.PayloadExpiredError` or
-        :class:`~executor.errors.PayloadMissingError` when it is gone.
+        Raises :class:`~toolexec.errors.PayloadExpiredError` or
+        :class:`~toolexec.errors.PayloadMissingError` when it is gone.
         """
         return self._payload_io()[1].fetch(ref)
 

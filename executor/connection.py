@@ -26,9 +26,9 @@ import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from executor.embedded import ensure_embedded
-from executor.errors import ConfigurationError, RedisUnavailableError
-from executor.settings import Settings
+from toolexec.embedded import ensure_embedded
+from toolexec.errors import ConfigurationError, RedisUnavailableError
+from toolexec.settings import Settings
 
 __all__ = [
     "SentinelTarget",

@@ -22,20 +22,20 @@ class CallContext:
     submitted_at: float
     reply_to: str
     run_id: str | None = None
-    #: The caller's idempotency key (``executor.idempotency``); None: derived when needed.
+    #: The caller's idempotency key (``toolexec.idempotency``); None: derived when needed.
     idempotency_key: str | None = None
     previous_delay: float | None = None
     run_s: float = 0.0
     backoff_s: float = 0.0
-    #: Times a shared rate limit deferred the call (``executor.ratelimit``): Celery
+    #: Times a shared rate limit deferred the call (``toolexec.ratelimit``): Celery
     #: counts those as retries, but they used no attempt.
     deferrals: int = 0
     #: The attempt whose rate-limit slot was reserved before it was deferred: it
     #: runs without asking the limiter again.
     slot_for: int | None = None
-    #: Some attempt of this call met an injected fault (``executor.faults``).
+    #: Some attempt of this call met an injected fault (``toolexec.faults``).
     injected: bool = False
-    #: A fallback chain in progress (``fallback.state.ChainState`` as JSON): the
+    #: A fallback chain in progress (``toolexec.fallback.state.ChainState`` as JSON): the
     #: primary's error, the steps tried, the original arguments.
     fallback: dict[str, Any] | None = None
 

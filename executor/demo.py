@@ -34,19 +34,19 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from executor.client import ToolClient
-from executor.connection import redact_url, redis_client, unavailable
-from executor.embedded import EmbeddedServer, ensure_embedded, stop_embedded
-from executor.errors import ErrorType
-from executor.results import Status, ToolResult
-from executor.settings import Settings
-from executor.testing import FlakyServer, Reply, WorkerProcess
+from toolexec.client import ToolClient
+from toolexec.connection import redact_url, redis_client, unavailable
+from toolexec.embedded import EmbeddedServer, ensure_embedded, stop_embedded
+from toolexec.errors import ErrorType
+from toolexec.results import Status, ToolResult
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
 __all__ = ["DemoCall", "Expect", "Step", "run_demo", "scenarios"]
 
 #: The module the demo's worker imports; ``http_request`` comes with ``tasks``.
-TOOLS_MODULE = "tasks.demo_tools"
-#: Must match ``tasks.demo_tools.SERVICE_URL_ENV`` (not imported: the client
+TOOLS_MODULE = "toolexec.tasks.demo_tools"
+#: Must match ``toolexec.tasks.demo_tools.SERVICE_URL_ENV`` (not imported: the client
 #: side of toolexec never imports tool code).
 SERVICE_URL_ENV = "TOOLEXEC_DEMO_SERVICE_URL"
 _CALL_TIMEOUT_S = 10.0

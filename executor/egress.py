@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from executor.errors import ConfigurationError, ForbiddenError
+from toolexec.errors import ConfigurationError, ForbiddenError
 
 __all__ = ["EgressPolicy", "GuardedTransport", "forbidden_reason", "resolve"]
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import redis
 
-from executor.errors import ConfigurationError, RedisUnavailableError
+from toolexec.errors import ConfigurationError, RedisUnavailableError
 
 __all__ = ["EmbeddedServer", "ensure_embedded", "stop_embedded"]
 
@@ -99,7 +99,7 @@ def _launch(root: Path, port: int) -> None:
         "",
         "--appendonly",
         "no",
-        # A broker must never silently drop messages to free memory (ANCHORS §1).
+        # A broker must never silently drop messages to free memory (docs/background.md, Celery).
         "--maxmemory-policy",
         "noeviction",
     ]

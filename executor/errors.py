@@ -2,7 +2,7 @@
 
 Two audiences raise and catch these. Tool authors raise :class:`ToolException`
 subclasses to say how a failure should be treated; the executor turns every
-failure into an :class:`ErrorType` on a :class:`~executor.results.ToolResult`.
+failure into an :class:`ErrorType` on a :class:`~toolexec.results.ToolResult`.
 Callers of the client only ever see :class:`ToolexecError` subclasses that mean
 misuse or broken infrastructure, never a tool's own failure::
 
@@ -96,11 +96,11 @@ class ErrorType(StrEnum):
     INTERNAL_ERROR = "internal_error"
     CIRCUIT_OPEN = "circuit_open"
     RETRY_BUDGET_EXHAUSTED = "retry_budget_exhausted"
-    # The run guard's verdicts (executor.guard): not failures of a tool, so never retried.
+    # The run guard's verdicts (toolexec.guard): not failures of a tool, so never retried.
     TOOL_DISABLED = "tool_disabled"
     RUN_ABORTED = "run_aborted"
     RUN_BUDGET_EXHAUSTED = "run_budget_exhausted"
-    # Idempotency (executor.idempotency): never retried.
+    # Idempotency (toolexec.idempotency): never retried.
     IDEMPOTENCY_MISMATCH = "idempotency_mismatch"
     WORKER_LOST = "worker_lost"
 
@@ -241,7 +241,7 @@ class RetryBudgetExhaustedError(TransientError):
     """A transient failure that was not retried: the tool's retry budget is spent.
 
     Retrying was refused to protect a service that fails for many callers at
-    once (``executor.budget``), so the primary is as good as unavailable: a
+    once (``toolexec.budget``), so the primary is as good as unavailable: a
     fallback chain treats this like ``unavailable`` or ``circuit_open``.
     ``details["last_error"]`` is the failure that was not retried.
     """

@@ -1,7 +1,7 @@
 """One attempt of one call, from raw arguments to a verdict.
 
 This is the executor's core and knows nothing of Celery: the task in
-``tasks.tool_task`` deserialises the message, asks :meth:`Executor.attempt`
+``toolexec.tasks.tool_task`` deserialises the message, asks :meth:`Executor.attempt`
 for a verdict and maps it onto Celery (a reply and a return, a reply and a
 failure, or a retry with the computed countdown). Time comes from an injected
 clock and randomness from an injected generator, so every branch is testable
@@ -20,23 +20,23 @@ import pydantic
 import pydantic_core
 from pydantic_core import to_jsonable_python
 
-from executor.classify import classify_exception, classify_response
-from executor.clock import Clock, SystemClock
-from executor.context import CallContext
-from executor.errors import (
+from toolexec.classify import classify_exception, classify_response
+from toolexec.clock import Clock, SystemClock
+from toolexec.context import CallContext
+from toolexec.errors import (
     ErrorType,
     InvalidArgumentsError,
     ThrottledError,
     ToolException,
     ToolTimeoutError,
 )
-from executor.layers import Attempt, Layer, Outcome, compose
-from executor.redaction import secret_names
-from executor.registry import ToolSpec
-from executor.results import ErrorInfo, Timings, ToolResult
-from executor.retry import decide
-from executor.runner import Runner
-from executor.validation import describe_validation_error
+from toolexec.layers import Attempt, Layer, Outcome, compose
+from toolexec.redaction import secret_names
+from toolexec.registry import ToolSpec
+from toolexec.results import ErrorInfo, Timings, ToolResult
+from toolexec.retry import decide
+from toolexec.runner import Runner
+from toolexec.validation import describe_validation_error
 
 __all__ = [
     "Defer",
@@ -75,7 +75,7 @@ class NoReply:
 
     A duplicate that joined the same call in flight, a second copy of a call
     that is running, or a worker whose lease was taken over while it ran
-    (``executor.idempotency``).
+    (``toolexec.idempotency``).
     """
 
     reason: str
@@ -85,7 +85,7 @@ class NoReply:
 class Defer:
     """Run this same attempt again after ``delay`` seconds; it used no attempt.
 
-    A shared rate limit reserved a slot that far ahead (``executor.ratelimit``):
+    A shared rate limit reserved a slot that far ahead (``toolexec.ratelimit``):
     the call waits in the queue instead of calling the service.
     """
 
@@ -135,7 +135,7 @@ def error_result(
 def restamped(result: ToolResult, ctx: CallContext, now: float, **changes: Any) -> ToolResult:
     """``result`` as the answer to the call ``ctx``: its ids and its own timings.
 
-    A stored or shared result (``executor.idempotency``) goes to callers other
+    A stored or shared result (``toolexec.idempotency``) goes to callers other
     than the one it was made for.
     """
     update = {
@@ -202,7 +202,7 @@ class Executor:
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self.layers = tuple(layers)
-        # puts back arguments the client stored outside the message (executor.payloads)
+        # puts back arguments the client stored outside the message (toolexec.payloads)
         self.resolve_arguments = resolve_arguments
         self.retry_gate = retry_gate
 

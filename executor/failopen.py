@@ -16,7 +16,7 @@ import time
 
 import redis.exceptions
 
-from executor.clock import Clock
+from toolexec.clock import Clock
 
 __all__ = ["UNREACHABLE", "FailOpen"]
 

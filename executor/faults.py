@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from executor.clock import Clock, SystemClock
-from executor.errors import (
+from toolexec.clock import Clock, SystemClock
+from toolexec.errors import (
     ClientError,
     ConfigurationError,
     ErrorType,
@@ -50,11 +50,11 @@ from executor.errors import (
     UnauthorizedError,
     UnavailableError,
 )
-from executor.failopen import UNREACHABLE, FailOpen
-from executor.keys import FAULT_SEQUENCE_TTL_S, Keys
+from toolexec.failopen import UNREACHABLE, FailOpen
+from toolexec.keys import FAULT_SEQUENCE_TTL_S, Keys
 
 if TYPE_CHECKING:  # layers imports the registry; keep this module free of that cycle
-    from executor.layers import Attempt, Outcome, Proceed
+    from toolexec.layers import Attempt, Outcome, Proceed
 
 __all__ = ["INJECTABLE", "FaultConfig", "FaultLayer", "FaultPlan", "FaultStore", "injected_error"]
 
@@ -300,7 +300,7 @@ class FaultLayer:
     def _inject(
         self, plan: FaultPlan, config: FaultConfig, attempt: Attempt, proceed: Proceed
     ) -> Outcome:
-        from executor.layers import Outcome  # at run time only: see the import note above
+        from toolexec.layers import Outcome  # at run time only: see the import note above
 
         if plan.latency >= attempt.limit:
             self.sleep(attempt.limit)

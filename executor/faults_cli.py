@@ -16,8 +16,8 @@ from typing import Any
 import click
 import redis
 
-from executor.errors import ConfigurationError, ErrorType, ToolexecError
-from executor.faults import INJECTABLE, FaultConfig, FaultStore
+from toolexec.errors import ConfigurationError, ErrorType, ToolexecError
+from toolexec.faults import INJECTABLE, FaultConfig, FaultStore
 
 __all__ = ["faults"]
 
@@ -29,9 +29,9 @@ _OFF = (
 
 def _store() -> tuple[FaultStore, bool]:
     """The fault store on the configured Redis, and whether faults are enabled here."""
-    from executor.connection import redis_client, redis_url
-    from executor.keys import Keys
-    from executor.settings import Settings
+    from toolexec.connection import redis_client, redis_url
+    from toolexec.keys import Keys
+    from toolexec.settings import Settings
 
     settings = Settings.from_env()
     client = redis_client(redis_url(settings))

@@ -47,12 +47,12 @@ from typing import Any, TypeVar
 import redis
 from pydantic import BaseModel, Field
 
-from executor.clock import Clock, SystemClock
-from executor.connection import unavailable
-from executor.errors import ConfigurationError, ErrorType, UsageError
-from executor.keys import RUN_IDLE_TTL_S, Keys
-from executor.normalize import arguments_hash, canonical_json, normalize
-from executor.results import ErrorInfo, ToolResult
+from toolexec.clock import Clock, SystemClock
+from toolexec.connection import unavailable
+from toolexec.errors import ConfigurationError, ErrorType, UsageError
+from toolexec.keys import RUN_IDLE_TTL_S, Keys
+from toolexec.normalize import arguments_hash, canonical_json, normalize
+from toolexec.results import ErrorInfo, ToolResult
 
 __all__ = [
     "Decision",

@@ -1,6 +1,6 @@
 """Idempotent side-effecting tools, coalesced reads and takeover of crashed calls.
 
-Celery with a Redis broker delivers at least once (ANCHORS §1): a killed
+Celery with a Redis broker delivers at least once (docs/background.md, Celery): a killed
 worker, a lost connection or a long countdown runs a task again. For a tool
 that writes, that is a second charge or a second e-mail. celery-once and
 celery-singleton answer with a lock: duplicates are dropped (the caller of the
@@ -8,11 +8,11 @@ duplicate gets nothing), and the lock outlives a crashed worker for its whole
 TTL (celery-once #147, celery-singleton #40), or expires under a live one and
 lets a duplicate in (#38). Stripe stores the outcome once execution starts and
 replays it. toolexec does what Stripe does, and adds what a fleet of workers
-needs (ANCHORS §3):
+needs (docs/background.md, Resilience systems):
 
 * **One record per key**, a Redis hash changed only by the Lua scripts below.
   The key is a hash of the run id, the tool and the normalised arguments
-  (:func:`~executor.normalize.arguments_hash`), or of a key the caller gave.
+  (:func:`~toolexec.normalize.arguments_hash`), or of a key the caller gave.
   States: ``in_progress`` (a lease: owner, fencing token, lease end),
   ``succeeded`` and ``failed`` (the stored :class:`ToolResult`), ``unknown``
   (the write may have happened: a timeout or a lost connection during it).
@@ -33,7 +33,7 @@ needs (ANCHORS §3):
   message again, so another worker takes it over within ``lease_s`` plus one
   sweep, instead of after the broker's visibility timeout (``max_timeout`` +
   60 s; lowering that would redeliver every long call and every countdown,
-  ANCHORS §1). Each new holder gets a **fencing token** from a counter that
+  docs/background.md, Celery). Each new holder gets a **fencing token** from a counter that
   only grows; storing an outcome requires the holder's owner id and token, so
   a worker that wakes up after a takeover (a GC pause, SIGSTOP, a partition)
   cannot overwrite the outcome of the one that took over.
@@ -66,17 +66,17 @@ import redis.exceptions
 from pydantic_core import to_jsonable_python
 from redis.commands.core import Script
 
-from executor.classify import classify_exception
-from executor.clock import Clock, SystemClock
-from executor.context import CallContext
-from executor.errors import (
+from toolexec.classify import classify_exception
+from toolexec.clock import Clock, SystemClock
+from toolexec.context import CallContext
+from toolexec.errors import (
     ErrorType,
     IdempotencyMismatchError,
     ToolException,
     UnavailableError,
     WorkerLostError,
 )
-from executor.execution import (
+from toolexec.execution import (
     Final,
     NoReply,
     Retry,
@@ -85,13 +85,13 @@ from executor.execution import (
     error_result,
     restamped,
 )
-from executor.keys import Keys
-from executor.layers import Attempt, Outcome, Proceed
-from executor.normalize import arguments_hash
-from executor.registry import ToolSpec
-from executor.replies import deliver
-from executor.results import ToolResult
-from executor.runner import Runner
+from toolexec.keys import Keys
+from toolexec.layers import Attempt, Outcome, Proceed
+from toolexec.normalize import arguments_hash
+from toolexec.registry import ToolSpec
+from toolexec.replies import deliver
+from toolexec.results import ToolResult
+from toolexec.runner import Runner
 
 __all__ = [
     "REQUEUE_LEASES",
@@ -601,7 +601,7 @@ class LeaseSweeper:
     them (one more, only when some are due); a claim moves the lease forward
     by ``lease_s`` before the message is published, so two sweepers never
     publish the same call in the same lease period. ``publish`` is given by
-    the Celery side (``tasks.lease_sweeper``) and sends a batch at once;
+    the Celery side (``toolexec.tasks.lease_sweeper``) and sends a batch at once;
     this module knows no Celery.
     """
 

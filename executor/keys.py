@@ -67,7 +67,7 @@ class Keys:
     def idempotency(self, record: str) -> str:
         """Hash: one idempotency record: state, lease, fencing token, stored result.
 
-        ``record`` is :func:`executor.idempotency.record_id`. ``{idem}`` is a
+        ``record`` is :func:`toolexec.idempotency.record_id`. ``{idem}`` is a
         hash tag: a record, its waiters, the lease index and the token counter
         share one Redis Cluster slot, so one Lua script may touch them all.
         TTL: ``TOOLEXEC_IDEMPOTENCY_RETENTION_S`` (a day) from its last write: a
@@ -124,9 +124,9 @@ class Keys:
         return f"{self.prefix}:run:{{{run_id}}}"
 
     def last_good(self, tool: str, digest: str) -> str:
-        """String: JSON of the last successful result of one call (``fallback.cache``).
+        """String: JSON of the last successful result of one call (``toolexec.fallback.cache``).
 
-        ``digest`` is :func:`executor.normalize.arguments_hash` of the tool and
+        ``digest`` is :func:`toolexec.normalize.arguments_hash` of the tool and
         its validated arguments. TTL: the tool's ``LastGood(ttl_s=...)`` (a day
         by default), set by every success: an answer older than that is no
         longer worth giving, even as a degraded one.
@@ -143,7 +143,7 @@ class Keys:
         return f"{self.prefix}:payload:{key}"
 
     def budget(self, name: str) -> str:
-        """Hash: one retry budget (``executor.budget``): calls per bucket, or tokens.
+        """Hash: one retry budget (``toolexec.budget``): calls per bucket, or tokens.
 
         TTL: twice the window of a ratio budget, refreshed by every call (older
         buckets no longer count); :data:`BUDGET_IDLE_TTL_S` for a token bucket,

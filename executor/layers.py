@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from executor.context import CallContext
-from executor.errors import ToolException
-from executor.registry import ToolSpec
-from executor.results import PayloadRef
+from toolexec.context import CallContext
+from toolexec.errors import ToolException
+from toolexec.registry import ToolSpec
+from toolexec.results import PayloadRef
 
 __all__ = ["Attempt", "Layer", "Outcome", "Proceed", "compose"]
 
@@ -51,7 +51,7 @@ class Outcome:
     duration_s: float = 0.0
     ran: bool = True
     payload: PayloadRef | None = None
-    injected: bool = False  # an injected fault (executor.faults) shaped this outcome
+    injected: bool = False  # an injected fault (toolexec.faults) shaped this outcome
 
     @property
     def ok(self) -> bool:

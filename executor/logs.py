@@ -21,7 +21,7 @@ from typing import Any
 
 from celery import signals
 
-from executor.results import ToolResult
+from toolexec.results import ToolResult
 
 __all__ = ["JsonFormatter", "NoMessageBodies", "call_fields", "install"]
 

@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from executor.breaker import BreakerState, CircuitBreaker, Transition
+from toolexec.breaker import BreakerState, CircuitBreaker, Transition
 
 __all__ = [
     "BreakerCollector",
@@ -129,7 +129,7 @@ class Metrics:
         self._starts: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
 
-    # -- observer hooks (see executor.observe) ------------------------------
+    # -- observer hooks (see toolexec.observe) ------------------------------
 
     def started(self, tool: str, call_id: str, attempt: int, lease_until: float) -> None:
         self.in_flight.labels(tool).inc()

@@ -3,8 +3,8 @@
 The task calls four hooks (an attempt started; it ended in a retry; the call
 ended; the attempt stopped without an outcome of its own, deferred by a rate
 limit or answered by another worker) and this fans them out to
-:class:`~executor.stats.CallStats` (fleet-wide counters for ``toolexec
-status``) and :class:`~executor.metrics.Metrics` (this process's
+:class:`~toolexec.stats.CallStats` (fleet-wide counters for ``toolexec
+status``) and :class:`~toolexec.metrics.Metrics` (this process's
 ``/metrics``). Observing must never fail a call: a report that raises (Redis
 away) is dropped, with a warning at most once a minute.
 """
@@ -15,12 +15,12 @@ import logging
 import time
 from collections.abc import Callable
 
-from executor.clock import Clock, SystemClock
-from executor.context import CallContext
-from executor.metrics import Metrics
-from executor.registry import ToolSpec
-from executor.results import ToolResult
-from executor.stats import CallStats
+from toolexec.clock import Clock, SystemClock
+from toolexec.context import CallContext
+from toolexec.metrics import Metrics
+from toolexec.registry import ToolSpec
+from toolexec.results import ToolResult
+from toolexec.stats import CallStats
 
 __all__ = ["LEASE_GRACE_S", "CallObservers"]
 

@@ -1,6 +1,6 @@
 """Operators' commands: ``toolexec flower`` and ``toolexec embedded serve``.
 
-``toolexec flower`` is ``celery -A executor.app flower`` for the configured
+``toolexec flower`` is ``celery -A toolexec.app flower`` for the configured
 broker, with basic auth from settings: the credentials travel to Flower in its
 own ``FLOWER_BASIC_AUTH`` environment variable, so they never show in ``ps``,
 in a Procfile or in a log line. Flower's REST API and task pages reveal
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from executor.settings import Settings
+from toolexec.settings import Settings
 
 __all__ = ["basic_auth", "flower", "is_loopback", "serve_embedded", "valkey_args"]
 
@@ -66,7 +66,7 @@ def flower(address: str | None, port: int | None, flower_args: tuple[str, ...]) 
         os.environ["FLOWER_BASIC_AUTH"] = auth
     else:
         os.environ.pop("FLOWER_BASIC_AUTH", None)  # only settings decide
-    from executor.app import app
+    from toolexec.app import app
 
     argv = [
         "flower",
@@ -89,7 +89,7 @@ def valkey_args(binary: Path, port: int, data_dir: Path, bind: str) -> list[str]
         str(data_dir),
         "--appendonly",
         "yes",
-        # A broker must never silently drop messages to free memory (ANCHORS §1).
+        # A broker must never silently drop messages to free memory (docs/background.md, Celery).
         "--maxmemory-policy",
         "noeviction",
     ]
@@ -107,7 +107,7 @@ def valkey_args(binary: Path, port: int, data_dir: Path, bind: str) -> list[str]
 )
 def serve_embedded(port: int, bind: str, data_dir: Path | None) -> None:
     """Run the bundled Valkey in the foreground (for honcho, foreman, systemd)."""
-    from executor.embedded import _binary
+    from toolexec.embedded import _binary
 
     where = data_dir or Settings.from_env().data_dir / "valkey-serve"
     where.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """Shared rate limits: calls per second with a burst, for every worker at once.
 
-Celery's ``rate_limit`` is per worker (ANCHORS §1): ten workers at 5/s send
+Celery's ``rate_limit`` is per worker (docs/background.md, Celery): ten workers at 5/s send
 50/s. This limit is one Redis key per tool, a GCRA (generic cell rate
 algorithm: the time the next call would be due, advanced by ``1 / rate`` per
 call), updated by one Lua script, so the fleet together sends at most
@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from executor.clock import Clock, SystemClock
-from executor.errors import ConfigurationError, ThrottledError
-from executor.failopen import UNREACHABLE, FailOpen
-from executor.keys import Keys
+from toolexec.clock import Clock, SystemClock
+from toolexec.errors import ConfigurationError, ThrottledError
+from toolexec.failopen import UNREACHABLE, FailOpen
+from toolexec.keys import Keys
 
 if TYPE_CHECKING:  # layers imports the registry, which imports this module
-    from executor.layers import Attempt, Outcome, Proceed
+    from toolexec.layers import Attempt, Outcome, Proceed
 
 __all__ = ["RateLimitLayer", "RateLimitPolicy", "RateLimiter", "Slot"]
 
@@ -153,7 +153,7 @@ class RateLimitLayer:
         slot = self.limiter.reserve(attempt.tool, policy, left)
         if slot.now:
             return proceed()
-        from executor.layers import Outcome  # at run time only: see the import note above
+        from toolexec.layers import Outcome  # at run time only: see the import note above
 
         return Outcome(failure=_throttled(attempt.tool, policy, slot), ran=False)
 

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints, overload
 
 import pydantic
 
-from executor.breaker import BreakerPolicy
-from executor.budget import RetryBudgetPolicy
-from executor.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
-from executor.ratelimit import RateLimitPolicy
-from executor.retry import Jitter, RetryPolicy
+from toolexec.breaker import BreakerPolicy
+from toolexec.budget import RetryBudgetPolicy
+from toolexec.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
+from toolexec.ratelimit import RateLimitPolicy
+from toolexec.retry import Jitter, RetryPolicy
 
 if TYPE_CHECKING:
-    from fallback.steps import FallbackStep
+    from toolexec.fallback.steps import FallbackStep
 
 __all__ = ["Registry", "ToolPolicy", "ToolSpec", "default_registry", "tool"]
 
@@ -45,9 +45,9 @@ class ToolPolicy:
     breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
     breaker_key: str | None = None
     coalesce: bool = False  # read-only: identical calls in flight share one execution
-    payload_threshold_bytes: int | None = None  # None: the settings' value (executor.payloads)
+    payload_threshold_bytes: int | None = None  # None: the settings' value (toolexec.payloads)
     payload_token_budget: int | None = None
-    fallbacks: tuple[FallbackStep, ...] = ()  # fallback.steps; checked by check_chain
+    fallbacks: tuple[FallbackStep, ...] = ()  # toolexec.fallback.steps; checked by check_chain
     retry_budget: RetryBudgetPolicy = field(default_factory=RetryBudgetPolicy)
     rate_limit: RateLimitPolicy | None = None  # None: unlimited
 
@@ -88,7 +88,7 @@ class ToolPolicy:
 
 def _check_payload_limits(threshold: int | None, budget: int | None) -> None:
     """A tool's own payload limits; 200 tokens is the smallest budget a preview fits
-    (``executor.payloads.tokens.MIN_TOKEN_BUDGET``)."""
+    (``toolexec.payloads.tokens.MIN_TOKEN_BUDGET``)."""
     if threshold is not None and threshold <= 0:
         raise ConfigurationError(f"payload_threshold_bytes must be positive, not {threshold}")
     if budget is not None and budget < 200:
@@ -219,7 +219,7 @@ def _checked_fallbacks(
     if not steps:
         return ()
     # Imported here: the fallback package builds on this module.
-    from fallback.steps import check_chain
+    from toolexec.fallback.steps import check_chain
 
     return check_chain(name, steps, side_effects=side_effects)
 
@@ -316,18 +316,18 @@ def tool(
     ``breaker_key`` names an argument holding a URL, to keep one breaker per
     downstream host (``http_request@api.example.com``) instead of one per tool.
     ``side_effects`` marks a tool that writes: its calls get an idempotency key
-    and run at most once per key (``executor.idempotency``); ``check`` has the
+    and run at most once per key (``toolexec.idempotency``); ``check`` has the
     tool's arguments and returns whether the effect is already there (or what
     it found), and is asked before an uncertain write is repeated.
     ``coalesce`` lets identical calls of a read-only tool that are in flight at
     once share one execution.
     ``payload_threshold_bytes`` and ``payload_token_budget`` override the
-    settings of the same name for this tool's results (``executor.payloads``).
+    settings of the same name for this tool's results (``toolexec.payloads``).
     ``fallbacks`` is the tool's chain (``fallback.Alternative``, ``LastGood``,
     ``Explain``), tried in order when it fails in a way the model cannot fix.
     ``retry_budget`` caps the retries of all callers together (a 10% ratio by
-    default; ``executor.budget``); ``rate_limit`` holds the whole fleet to a
-    number of calls per second (``executor.ratelimit``; none by default).
+    default; ``toolexec.budget``); ``rate_limit`` holds the whole fleet to a
+    number of calls per second (``toolexec.ratelimit``; none by default).
     """
 
     def register(fn: F) -> F:

@@ -1,7 +1,7 @@
 """Final results travel back on a Redis list, not through Celery's result backend.
 
 The Redis result backend stores and publishes every state change and makes
-the caller subscribe once per task (ANCHORS §1). A caller that fans out 5000
+the caller subscribe once per task (docs/background.md, Celery). A caller that fans out 5000
 calls would pay 5000 subscriptions; here every call of one submission names
 the same reply list, the worker pushes the final :class:`ToolResult` onto it,
 and the caller pops results as they come, in one blocking read at a time.
@@ -17,8 +17,8 @@ from collections.abc import Iterable
 import redis
 import redis.asyncio
 
-from executor.keys import REPLY_TTL_S, Keys
-from executor.results import ToolResult
+from toolexec.keys import REPLY_TTL_S, Keys
+from toolexec.results import ToolResult
 
 __all__ = ["ReplyBox", "deliver"]
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from executor.errors import ErrorType, UsageError
+from toolexec.errors import ErrorType, UsageError
 
 __all__ = [
     "ErrorInfo",
@@ -97,7 +97,7 @@ PayloadUnit = Literal["lines", "items", "keys"]
 
 
 class PayloadRef(BaseModel):
-    """A claim check for a value too large to travel in messages (``executor.payloads``).
+    """A claim check for a value too large to travel in messages (``toolexec.payloads``).
 
     Messages and replies carry this reference and a preview; the value itself
     waits in the payload store until ``expires_at`` (epoch seconds; None: never).
@@ -140,7 +140,7 @@ class ToolResult(BaseModel):
     )
     injected: bool = Field(
         default=False,
-        description="An injected fault (executor.faults: an error, latency or a replaced "
+        description="An injected fault (toolexec.faults: an error, latency or a replaced "
         "outcome) shaped some attempt of this call; only ever true in a test setup.",
     )
     _loader: Callable[[PayloadRef], Any] | None = PrivateAttr(default=None)
@@ -150,7 +150,7 @@ class ToolResult(BaseModel):
     replayed: bool = Field(
         default=False,
         description="The tool did not run for this call: this is the outcome of an earlier or "
-        "concurrent call with the same idempotency key (executor.idempotency).",
+        "concurrent call with the same idempotency key (toolexec.idempotency).",
     )
 
     @property
@@ -165,7 +165,7 @@ class ToolResult(BaseModel):
     def load(self) -> Any:
         """The whole value: ``data`` itself, or the stored payload, checked against its sha256.
 
-        Raises a :class:`~executor.errors.PayloadUnavailableError` when the
+        Raises a :class:`~toolexec.errors.PayloadUnavailableError` when the
         payload has expired or is missing.
         """
         if self.payload is None:

@@ -4,7 +4,7 @@ The delay before the next attempt depends only on the policy, the attempt
 number, the previous delay (for decorrelated jitter), the error's Retry-After,
 the time now and the call's deadline, so it is tested without a clock. Celery's
 own backoff is whole seconds and knows nothing of Retry-After or deadlines
-(ANCHORS §1), so the worker computes the countdown here and hands it to
+(docs/background.md, Celery), so the worker computes the countdown here and hands it to
 ``Task.retry``.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
-from executor.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
+from toolexec.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
 
 __all__ = ["Jitter", "RetryDecision", "RetryPolicy", "decide"]
 

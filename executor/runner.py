@@ -1,7 +1,7 @@
 """Run a tool body with a time limit that holds on every Celery pool.
 
 Celery enforces time limits only on prefork (and hard limits on gevent); the
-threads and solo pools enforce none (ANCHORS §1). So the limit is enforced
+threads and solo pools enforce none (docs/background.md, Celery). So the limit is enforced
 here: a sync tool runs on its own thread and is abandoned when its time is up
 (the caller gets ``timeout`` on time; the thread finishes in the background),
 and an async tool runs on this process's event loop and is cancelled.
@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from executor.errors import ToolTimeoutError
+from toolexec.errors import ToolTimeoutError
 
 __all__ = ["Runner"]
 

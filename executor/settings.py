@@ -98,7 +98,7 @@ class Settings(BaseSettings):
     )
     payload_token_budget: int = Field(
         default=600,
-        ge=200,  # executor.payloads.tokens.MIN_TOKEN_BUDGET
+        ge=200,  # toolexec.payloads.tokens.MIN_TOKEN_BUDGET
         description="A result estimated above this many tokens is stored; its preview fits in it.",
     )
     payload_max_bytes: int = Field(
@@ -187,7 +187,7 @@ class Settings(BaseSettings):
         Every countdown and every run ends by the call's deadline, which is at
         most ``max_timeout``; a message held longer than that belongs to a dead
         worker, so redelivering it sooner than the 1 h default is safe and makes
-        recovery from a killed worker faster (ANCHORS §1).
+        recovery from a killed worker faster (docs/background.md, Celery).
 
         It cannot be shorter: an ``acks_late`` message still held when it runs
         out (a long call, a countdown waiting for its time) is delivered again
@@ -195,7 +195,7 @@ class Settings(BaseSettings):
         wait for it: their lease (``idempotency_lease_s``) lets another worker
         take a dead worker's call over within seconds, and when the broker's
         copy comes back at last, the call's record makes it a replay
-        (``executor.idempotency``). Give clients and workers the same
+        (``toolexec.idempotency``). Give clients and workers the same
         ``max_timeout``: a deadline beyond the workers' visibility timeout gets
         its message redelivered while it still runs.
         """

@@ -1,6 +1,6 @@
 """Per-tool counters of the last minutes, in Redis, for ``toolexec status``.
 
-The Prometheus metrics of :mod:`executor.metrics` live in each worker process
+The Prometheus metrics of :mod:`toolexec.metrics` live in each worker process
 and need a scraper to add them up. These live in Redis, so one command on any
 host sees what the whole fleet did in the last minutes and which attempts run
 now, with no monitoring stack. Workers write them through :class:`CallStats`:
@@ -19,8 +19,8 @@ from typing import Any
 
 import redis
 
-from executor.clock import Clock, SystemClock
-from executor.keys import STATS_TTL_S, Keys
+from toolexec.clock import Clock, SystemClock
+from toolexec.keys import STATS_TTL_S, Keys
 
 __all__ = ["CallStats", "ToolStats"]
 

@@ -4,7 +4,7 @@ Queue depths come from the broker (``LLEN`` of each tool queue and its
 priority sub-queues on Redis, a passive ``queue_declare`` on RabbitMQ);
 workers from the catalog heartbeats (and, with ``--ping``, from a Celery
 ping); breakers from their Redis state; calls in flight and the last minutes'
-retry and failure rates from the workers' counters (:mod:`executor.stats`).
+retry and failure rates from the workers' counters (:mod:`toolexec.stats`).
 Everything is read, nothing is changed, except that leases of attempts whose
 worker died are pruned.
 """
@@ -19,17 +19,17 @@ import click
 import redis
 from kombu.transport.redis import PRIORITY_STEPS, Channel
 
-from executor import catalog as catalog_mod
-from executor.breaker import CircuitBreaker
-from executor.connection import redact_url, redis_client, redis_url, unavailable
-from executor.errors import ToolexecError
-from executor.keys import Keys
-from executor.settings import Settings
-from executor.stats import CallStats
+from toolexec import catalog as catalog_mod
+from toolexec.breaker import CircuitBreaker
+from toolexec.connection import redact_url, redis_client, redis_url, unavailable
+from toolexec.errors import ToolexecError
+from toolexec.keys import Keys
+from toolexec.settings import Settings
+from toolexec.stats import CallStats
 
 __all__ = ["amqp_depths", "gather", "queue_names", "redis_depths", "status"]
 
-#: A worker that missed three heartbeats (15 s each, ``tasks.catalog_publisher``) is gone.
+#: A worker that missed three heartbeats (15 s each, ``toolexec.tasks.catalog_publisher``) is gone.
 ALIVE_WINDOW_S = 45.0
 
 
@@ -112,7 +112,7 @@ def _workers(client: redis.Redis, keys: Keys, now: float, pinged: set[str] | Non
 
 
 def _ping(settings: Settings, timeout: float) -> set[str]:
-    from executor.app import create_app
+    from toolexec.app import create_app
 
     celery_app = create_app(settings)
     try:
@@ -123,7 +123,7 @@ def _ping(settings: Settings, timeout: float) -> set[str]:
 
 
 def _tools(stats: CallStats, catalog: catalog_mod.Catalog, minutes: int) -> list[dict[str, Any]]:
-    from executor.stats import ToolStats
+    from toolexec.stats import ToolStats
 
     seen = stats.window(minutes)
     names = sorted(set(seen) | set(catalog))

@@ -3,7 +3,7 @@
 Split in two because of prometheus_client's multiprocess mode: it is chosen
 when prometheus_client is first imported, from ``PROMETHEUS_MULTIPROC_DIR``,
 so :func:`prepare` must run before the tool tasks are imported (they import
-:mod:`executor.metrics`), and :func:`start` after.
+:mod:`toolexec.metrics`), and :func:`start` after.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from celery import signals
 
-from executor.settings import Settings
+from toolexec.settings import Settings
 
 __all__ = ["prepare", "start"]
 
@@ -52,7 +52,7 @@ def start(settings: Settings, metrics_port: int | None) -> list[str]:
     Returns Celery's global options to put before ``worker``: with JSON logs,
     ``--quiet`` drops the text banner, so that every line is JSON.
     """
-    from executor.logs import install
+    from toolexec.logs import install
 
     install(settings.log_format)
     if metrics_port is not None:
@@ -61,16 +61,16 @@ def start(settings: Settings, metrics_port: int | None) -> list[str]:
 
 
 def _serve(settings: Settings, metrics_port: int) -> None:
-    from executor.breaker import CircuitBreaker
-    from executor.connection import fail_fast_client, redis_url
-    from executor.keys import Keys
-    from executor.metrics import serve
+    from toolexec.breaker import CircuitBreaker
+    from toolexec.connection import fail_fast_client, redis_url
+    from toolexec.keys import Keys
+    from toolexec.metrics import serve
 
     breakers = CircuitBreaker(fail_fast_client(redis_url(settings)), Keys(settings.key_prefix))
     try:
         serve(metrics_port, settings.metrics_address, breakers)
     except OSError as exc:
-        from executor.errors import ConfigurationError
+        from toolexec.errors import ConfigurationError
 
         raise ConfigurationError(
             f"cannot serve metrics on {settings.metrics_address}:{metrics_port} ({exc}); "

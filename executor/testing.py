@@ -24,8 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from executor.connection import redis_client
-from executor.keys import Keys
+from toolexec.connection import redis_client
+from toolexec.keys import Keys
 
 __all__ = ["FlakyServer", "Hit", "Ledger", "Reply", "WorkerProcess"]
 
@@ -208,7 +208,7 @@ class WorkerProcess:
         self.args = [
             sys.executable,
             "-m",
-            "executor",
+            "toolexec",
             "worker",
             "--tools",
             tools,

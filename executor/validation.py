@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import pydantic
 
-from executor.redaction import is_secret_path, secret_names
+from toolexec.redaction import is_secret_path, secret_names
 
 __all__ = ["describe_validation_error", "validate_against_schema"]
 

@@ -11,10 +11,10 @@ or later with ``default_registry.set_fallbacks("search", [...])``. Every answer
 a chain gives is ``degraded`` with its ``source`` and the primary's error.
 """
 
-from fallback.cache import CachedResult, LastGoodCache, LastGoodLayer, cache_step
-from fallback.chain import Action, ChainRunner, Deliver, Lookup, Send
-from fallback.state import AGENT_FIXABLE, FALLBACK_TASK, ChainState, falls_back
-from fallback.steps import (
+from toolexec.fallback.cache import CachedResult, LastGoodCache, LastGoodLayer, cache_step
+from toolexec.fallback.chain import Action, ChainRunner, Deliver, Lookup, Send
+from toolexec.fallback.state import AGENT_FIXABLE, FALLBACK_TASK, ChainState, falls_back
+from toolexec.fallback.steps import (
     Alternative,
     ArgumentMap,
     Explain,

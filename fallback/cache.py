@@ -1,12 +1,12 @@
 """The last good result of each call, kept for when the tool cannot answer.
 
 :class:`LastGoodLayer` stores every success of a tool whose chain has a
-:class:`~fallback.steps.LastGood` step; the chain's cache step reads it back
+:class:`~toolexec.fallback.steps.LastGood` step; the chain's cache step reads it back
 with its age. The key is the tool and its validated arguments, normalised
-(:func:`executor.normalize.arguments_hash`), so ``{"city": "Paris"}`` today
+(:func:`toolexec.normalize.arguments_hash`), so ``{"city": "Paris"}`` today
 answers ``{"city": "Paris"}`` tomorrow whatever order or float formatting the
 model used. A cached result that points at a stored payload (a large value,
-``executor.payloads``) is only served while that payload is still readable.
+``toolexec.payloads``) is only served while that payload is still readable.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from typing import Any
 import redis
 import redis.exceptions
 
-from executor.clock import Clock
-from executor.connection import fail_fast_client
-from executor.keys import Keys
-from executor.layers import Attempt, Outcome, Proceed
-from executor.normalize import arguments_hash
-from executor.registry import Registry, ToolSpec
-from executor.settings import Settings
-from fallback.steps import LastGood
+from toolexec.clock import Clock
+from toolexec.connection import fail_fast_client
+from toolexec.fallback.steps import LastGood
+from toolexec.keys import Keys
+from toolexec.layers import Attempt, Outcome, Proceed
+from toolexec.normalize import arguments_hash
+from toolexec.registry import Registry, ToolSpec
+from toolexec.settings import Settings
 
 __all__ = ["CachedResult", "LastGoodCache", "LastGoodLayer", "cache_step", "worker_cache"]
 

@@ -2,7 +2,7 @@
 
 The decisions are here and know nothing of Celery: :class:`ChainRunner`
 returns an :data:`Action`, either a message to send (the next step runs as
-its own task: ``tools.<alternative>``, or :data:`~fallback.state.FALLBACK_TASK`
+its own task: ``tools.<alternative>``, or :data:`~toolexec.fallback.state.FALLBACK_TASK`
 for the cache and explanation steps) or a result to deliver to the caller's
 reply list. The tasks in ``tasks/`` carry the actions out.
 
@@ -19,7 +19,7 @@ The path of one chain::
 
 Every message keeps the caller's call id and reply list, so whichever step
 answers delivers to the handle the caller already holds; no ``Task.replace``
-and no errbacks (which fire only on final failure and run inline, ANCHORS §1).
+and no errbacks (which fire only on final failure and run inline, docs/background.md, Celery).
 """
 
 from __future__ import annotations
@@ -33,21 +33,21 @@ from typing import Any
 import pydantic
 import redis
 
-from executor.breaker import BreakerPolicy, CircuitBreaker
-from executor.breaker_layer import refusal_for
-from executor.clock import Clock, SystemClock
-from executor.connection import fail_fast_client
-from executor.context import CallContext
-from executor.errors import CircuitOpenError
-from executor.execution import error_result
-from executor.keys import Keys
-from executor.redaction import redact, secret_names, shown_kwargs
-from executor.registry import Registry, ToolSpec
-from executor.results import ErrorInfo, FallbackInfo, StepNote, ToolResult
-from executor.settings import Settings
-from fallback.cache import LastGoodCache
-from fallback.state import FALLBACK_TASK, ChainState, falls_back
-from fallback.steps import Alternative, Explain, FallbackStep, LastGood, complete_chain
+from toolexec.breaker import BreakerPolicy, CircuitBreaker
+from toolexec.breaker_layer import refusal_for
+from toolexec.clock import Clock, SystemClock
+from toolexec.connection import fail_fast_client
+from toolexec.context import CallContext
+from toolexec.errors import CircuitOpenError
+from toolexec.execution import error_result
+from toolexec.fallback.cache import LastGoodCache
+from toolexec.fallback.state import FALLBACK_TASK, ChainState, falls_back
+from toolexec.fallback.steps import Alternative, Explain, FallbackStep, LastGood, complete_chain
+from toolexec.keys import Keys
+from toolexec.redaction import redact, secret_names, shown_kwargs
+from toolexec.registry import Registry, ToolSpec
+from toolexec.results import ErrorInfo, FallbackInfo, StepNote, ToolResult
+from toolexec.settings import Settings
 
 __all__ = ["Action", "ChainRunner", "Deliver", "Lookup", "Send", "catalog_lookup"]
 

@@ -1,7 +1,7 @@
 """What a fallback chain carries from step to step, inside the call's context.
 
 Each step is its own Celery message, so everything a later step needs rides
-in :attr:`CallContext.fallback <executor.context.CallContext.fallback>`: the
+in :attr:`CallContext.fallback <toolexec.context.CallContext.fallback>`: the
 primary's error (every degraded answer keeps it), where the chain runs, and a
 note for each step that did not answer. The call's own arguments (for the
 cache key and the next argument mapping) are the ``arguments`` of each
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from executor.errors import ErrorType
-from executor.results import ErrorInfo, StepNote
+from toolexec.errors import ErrorType
+from toolexec.results import ErrorInfo, StepNote
 
 __all__ = ["AGENT_FIXABLE", "FALLBACK_TASK", "ChainState", "falls_back"]
 

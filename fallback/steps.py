@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from executor.errors import ConfigurationError
+from toolexec.errors import ConfigurationError
 
 __all__ = [
     "Alternative",

@@ -2,7 +2,7 @@
 
 Importing this package (the worker does, through Celery's ``imports``
 setting) turns every tool in the registry, and every tool registered later,
-into a ``tools.<name>`` task on :data:`executor.app.app`, and publishes the
+into a ``tools.<name>`` task on :data:`toolexec.app.app`, and publishes the
 catalog when the worker is ready.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from celery import signals
 
-from executor.app import app
-from executor.registry import default_registry
-from tasks import http, lease_sweeper
-from tasks.catalog_publisher import on_worker_ready, publish_catalog
-from tasks.fallback_task import register_fallback_task
-from tasks.tool_task import RetryLater, ToolFailed, ToolTask, register_tool_task
+from toolexec.app import app
+from toolexec.registry import default_registry
+from toolexec.tasks import http, lease_sweeper
+from toolexec.tasks.catalog_publisher import on_worker_ready, publish_catalog
+from toolexec.tasks.fallback_task import register_fallback_task
+from toolexec.tasks.tool_task import RetryLater, ToolFailed, ToolTask, register_tool_task
 
 __all__ = [
     "RetryLater",
@@ -29,5 +29,5 @@ __all__ = [
 default_registry.subscribe(lambda spec: register_tool_task(app, spec))
 register_fallback_task(app)  # toolexec.fallback: starts chains, runs cache and explanation
 signals.worker_ready.connect(on_worker_ready, weak=False)
-# hands calls of a worker that died on to live ones (executor.idempotency)
+# hands calls of a worker that died on to live ones (toolexec.idempotency)
 signals.worker_ready.connect(lease_sweeper.on_worker_ready, weak=False)

@@ -12,11 +12,11 @@ from typing import Any
 
 from celery import Celery
 
-from executor import catalog
-from executor.app import settings_of
-from executor.clock import SystemClock
-from executor.keys import Keys
-from executor.registry import default_registry
+from toolexec import catalog
+from toolexec.app import settings_of
+from toolexec.clock import SystemClock
+from toolexec.keys import Keys
+from toolexec.registry import default_registry
 
 __all__ = ["HEARTBEAT_S", "publish_catalog", "start_heartbeat"]
 
@@ -28,7 +28,7 @@ HEARTBEAT_S = 15.0
 
 
 def publish_catalog(celery_app: Celery, worker: str) -> int:
-    from tasks.tool_task import worker_state
+    from toolexec.tasks.tool_task import worker_state
 
     settings = settings_of(celery_app)
     state = worker_state(celery_app)

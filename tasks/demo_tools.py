@@ -19,9 +19,9 @@ from urllib.parse import quote
 import httpx
 from pydantic import Field
 
-from executor.breaker import BreakerPolicy
-from executor.errors import ToolException
-from executor.registry import tool
+from toolexec.breaker import BreakerPolicy
+from toolexec.errors import ToolException
+from toolexec.registry import tool
 
 __all__ = ["SERVICE_URL_ENV", "get_weather", "query_order"]
 

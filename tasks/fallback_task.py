@@ -1,7 +1,7 @@
 """``toolexec.fallback``: the task that starts a chain and runs its cache and explanation steps.
 
 Thin like the tool tasks: it rebuilds the context, asks the worker's
-:class:`~fallback.chain.ChainRunner` what comes next and carries it out
+:class:`~toolexec.fallback.chain.ChainRunner` what comes next and carries it out
 (send the next step, or deliver the answer). It runs on the primary tool's
 queue, where workers import the primary's module and so its argument
 mappings. It is never retried: a chain step that cannot go on answers with
@@ -15,11 +15,11 @@ from typing import Any
 
 from celery import Celery, Task
 
-from executor.context import CallContext
-from executor.metrics import record_fallback
-from fallback.chain import Action, Deliver, Send
-from fallback.state import FALLBACK_TASK
-from tasks.tool_task import ToolTask, worker_state
+from toolexec.context import CallContext
+from toolexec.fallback.chain import Action, Deliver, Send
+from toolexec.fallback.state import FALLBACK_TASK
+from toolexec.metrics import record_fallback
+from toolexec.tasks.tool_task import ToolTask, worker_state
 
 __all__ = ["FallbackTask", "carry_out", "register_fallback_task"]
 

@@ -1,11 +1,11 @@
 """The built-in ``http_request`` tool: any HTTP call, classified like every tool.
 
 Responses with error statuses become the typed failures of
-:mod:`executor.classify` (429 and 5xx retried with Retry-After honoured,
+:mod:`toolexec.classify` (429 and 5xx retried with Retry-After honoured,
 other 4xx returned to the model), so an agent can use a plain HTTP API
 without a tool of its own. It refuses loopback, private, link-local and
 cloud-metadata addresses unless ``TOOLEXEC_HTTP_ALLOW`` lists them
-(:mod:`executor.egress`).
+(:mod:`toolexec.egress`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Annotated, Any, Literal
 import httpx
 from pydantic import Field
 
-from executor.classify import classify_response
-from executor.clock import SystemClock
-from executor.egress import EgressPolicy, GuardedTransport
-from executor.registry import tool
+from toolexec.classify import classify_response
+from toolexec.clock import SystemClock
+from toolexec.egress import EgressPolicy, GuardedTransport
+from toolexec.registry import tool
 
 __all__ = ["http_request"]
 
@@ -42,7 +42,7 @@ def _egress(allowed: tuple[str, ...]) -> EgressPolicy:
 
 def _guarded() -> GuardedTransport:
     """A transport that refuses internal addresses unless ``TOOLEXEC_HTTP_ALLOW`` lists them."""
-    from executor.app import app, settings_of
+    from toolexec.app import app, settings_of
 
     return GuardedTransport(_egress(tuple(settings_of(app).http_allow)))
 

@@ -1,7 +1,7 @@
 """Every worker looks for calls whose worker died mid-call, and hands them on.
 
 A side-effecting (or coalesced) call holds a lease of a few seconds in its
-idempotency record, renewed while its body runs (``executor.idempotency``).
+idempotency record, renewed while its body runs (``toolexec.idempotency``).
 When a worker is killed its leases run out; the sweeper started here in every
 worker publishes such a call's message again, so that another worker takes it
 over about ``TOOLEXEC_IDEMPOTENCY_LEASE_S`` after the last renewal. The taker
@@ -9,7 +9,7 @@ checks before writing again, and the dead worker's fencing token is stale.
 
 Why not the broker's own redelivery: kombu's Redis transport gives back an
 unacknowledged message only after the visibility timeout, which must stay
-above the longest call plus countdown (``max_timeout`` + 60 s, ANCHORS §1), or
+above the longest call plus countdown (``max_timeout`` + 60 s, docs/background.md, Celery), or
 every long call and every countdown would run twice. That redelivery remains
 as a backstop; when it comes, the record makes it a replay.
 """
@@ -22,10 +22,10 @@ from typing import Any
 
 from celery import Celery
 
-from executor.app import settings_of
-from executor.connection import fail_fast_client, redis_url
-from executor.idempotency import IdempotencyStore, LeaseSweeper, Message
-from executor.keys import Keys
+from toolexec.app import settings_of
+from toolexec.connection import fail_fast_client, redis_url
+from toolexec.idempotency import IdempotencyStore, LeaseSweeper, Message
+from toolexec.keys import Keys
 
 __all__ = ["on_worker_ready", "publisher", "start_lease_sweeper"]
 

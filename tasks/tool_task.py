@@ -21,31 +21,31 @@ import redis
 from celery import Celery, Task
 from celery.exceptions import Retry as CeleryRetry
 
-from executor.app import settings_of
-from executor.breaker import CircuitBreaker
-from executor.breaker_layer import BreakerLayer
-from executor.budget import RetryBudget, RetryBudgetLayer
-from executor.clock import Clock, SystemClock
-from executor.connection import fail_fast_client, redis_client, redis_url
-from executor.context import CallContext
-from executor.errors import ErrorType
-from executor.execution import Defer, Executor, Final, NoReply, Retry, error_result
-from executor.faults import FaultConfig, FaultLayer, FaultStore
-from executor.idempotency import IdempotencyLayer, IdempotencyStore
-from executor.keys import Keys
-from executor.logs import call_fields
-from executor.metrics import metrics
-from executor.observe import CallObservers
-from executor.payloads import worker_payloads
-from executor.ratelimit import RateLimiter, RateLimitLayer, RateLimitPolicy
-from executor.redaction import secret_names, shown_kwargs
-from executor.registry import ToolSpec, default_registry
-from executor.replies import deliver
-from executor.results import ErrorInfo, ToolResult
-from executor.settings import Settings
-from executor.stats import CallStats
-from fallback.cache import LastGoodLayer, worker_cache
-from fallback.chain import ChainRunner
+from toolexec.app import settings_of
+from toolexec.breaker import CircuitBreaker
+from toolexec.breaker_layer import BreakerLayer
+from toolexec.budget import RetryBudget, RetryBudgetLayer
+from toolexec.clock import Clock, SystemClock
+from toolexec.connection import fail_fast_client, redis_client, redis_url
+from toolexec.context import CallContext
+from toolexec.errors import ErrorType
+from toolexec.execution import Defer, Executor, Final, NoReply, Retry, error_result
+from toolexec.fallback.cache import LastGoodLayer, worker_cache
+from toolexec.fallback.chain import ChainRunner
+from toolexec.faults import FaultConfig, FaultLayer, FaultStore
+from toolexec.idempotency import IdempotencyLayer, IdempotencyStore
+from toolexec.keys import Keys
+from toolexec.logs import call_fields
+from toolexec.metrics import metrics
+from toolexec.observe import CallObservers
+from toolexec.payloads import worker_payloads
+from toolexec.ratelimit import RateLimiter, RateLimitLayer, RateLimitPolicy
+from toolexec.redaction import secret_names, shown_kwargs
+from toolexec.registry import ToolSpec, default_registry
+from toolexec.replies import deliver
+from toolexec.results import ErrorInfo, ToolResult
+from toolexec.settings import Settings
+from toolexec.stats import CallStats
 
 __all__ = ["DeferLater", "RetryLater", "ToolFailed", "ToolTask", "register_tool_task"]
 
@@ -251,7 +251,7 @@ class ToolTask(Task):  # type: ignore[misc]
         if action is None:
             self._finish(ctx, result)
             return
-        from tasks.fallback_task import carry_out  # it builds on this module
+        from toolexec.tasks.fallback_task import carry_out  # it builds on this module
 
         # this attempt is over; the call's end is counted by whichever step answers
         state.observers.withdrawn(self.spec, ctx, attempt_number(self.request.retries, ctx))

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from executor import tool
-from executor.breaker import BreakerPolicy
+from toolexec import tool
+from toolexec.breaker import BreakerPolicy
 
 QUEUE = "breakers"
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from executor.client import ToolClient
-from executor.embedded import ensure_embedded, stop_embedded
-from executor.settings import Settings
-from executor.testing import FlakyServer, WorkerProcess
+from toolexec.client import ToolClient
+from toolexec.embedded import ensure_embedded, stop_embedded
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, WorkerProcess
 
 TESTS = Path(__file__).parent
 _DB_LOCK_TTL_S = 3600  # a crashed run frees its database within the hour

@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 
-from executor import tool
-from executor.breaker import BreakerPolicy
-from fallback import Alternative, Explain, LastGood
+from toolexec import tool
+from toolexec.breaker import BreakerPolicy
+from toolexec.fallback import Alternative, Explain, LastGood
 
 QUEUE = "fallback"
 INSTEAD = "Tell the user the forecast service is down and suggest a weather website."

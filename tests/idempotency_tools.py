@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 
-from executor import tool
-from executor.breaker import BreakerPolicy
+from toolexec import tool
+from toolexec.breaker import BreakerPolicy
 
 #: Some calls here fail on purpose; a breaker opened by one test must not refuse the next.
 NO_BREAKER = BreakerPolicy(enabled=False)

@@ -6,8 +6,8 @@ import time
 
 import httpx
 
-from executor import TransientError, tool
-from executor.breaker import BreakerPolicy
+from toolexec import TransientError, tool
+from toolexec.breaker import BreakerPolicy
 
 NO_BREAKER = BreakerPolicy(enabled=False)
 

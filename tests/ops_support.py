@@ -34,9 +34,9 @@ def free_port() -> int:
 def celery(
     env: dict[str, str], *args: str, timeout: float = 30
 ) -> subprocess.CompletedProcess[str]:
-    """``celery -A executor.app ARGS`` as an operator would type it."""
+    """``celery -A toolexec.app ARGS`` as an operator would type it."""
     return subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "executor.app", *args],
+        [sys.executable, "-m", "celery", "-A", "toolexec.app", *args],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
@@ -66,7 +66,7 @@ class FlowerProcess:
         user: str,
         password: str,
         log_path: Path,
-        command: Iterable[str] = ("-m", "executor", "flower"),
+        command: Iterable[str] = ("-m", "toolexec", "flower"),
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -138,7 +138,7 @@ class FlowerProcess:
         return found
 
     def wait_final(self, task_id: str, timeout: float = 30) -> dict[str, Any]:
-        """Poll Flower's API until the task reaches a final state (ANCHORS §4)."""
+        """Poll Flower's API until the task reaches a final state (docs/background.md, Flower)."""
         found: dict[str, Any] = wait_until(
             lambda: (info := self.task(task_id)).get("state") in FINAL_STATES and info,
             timeout,

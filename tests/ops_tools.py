@@ -12,9 +12,9 @@ from typing import Annotated
 
 import httpx
 
-from executor import NotFoundError, tool
-from executor.breaker import BreakerPolicy
-from executor.redaction import Secret
+from toolexec import NotFoundError, tool
+from toolexec.breaker import BreakerPolicy
+from toolexec.redaction import Secret
 
 NO_BREAKER = BreakerPolicy(enabled=False)
 OPS_QUEUE = "ops"

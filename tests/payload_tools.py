@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 
-from executor import tool
-from executor.breaker import BreakerPolicy
+from toolexec import tool
+from toolexec.breaker import BreakerPolicy
 
 QUEUE = "payloads"
 #: A queue no worker consumes: messages published to it stay there to be measured.

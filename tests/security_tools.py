@@ -6,9 +6,9 @@ from typing import Annotated
 
 import httpx
 
-from executor import tool
-from executor.breaker import BreakerPolicy
-from executor.redaction import Secret
+from toolexec import tool
+from toolexec.breaker import BreakerPolicy
+from toolexec.redaction import Secret
 
 NO_BREAKER = BreakerPolicy(enabled=False)
 

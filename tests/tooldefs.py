@@ -8,8 +8,8 @@ from typing import Literal
 
 import httpx
 
-from executor import Jitter, TransientError, tool
-from executor.breaker import BreakerPolicy
+from toolexec import Jitter, TransientError, tool
+from toolexec.breaker import BreakerPolicy
 
 #: These tools serve many failing scenarios in one session; a breaker opened by one
 #: test would refuse the next. Breakers are tested with tools of their own.

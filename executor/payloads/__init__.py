@@ -1,13 +1,13 @@
 """Large results and arguments kept out of the queue: a store, previews and paging.
 
-See :mod:`executor.payloads.store` for the stores, :mod:`.preview` for what the
+See :mod:`toolexec.payloads.store` for the stores, :mod:`.preview` for what the
 model sees, :mod:`.offload` for when a value is stored, and :mod:`.reader`
 for reading it back.
 """
 
-from executor.payloads.encoding import Encoded, Index, decode, encode
-from executor.payloads.file_store import FilePayloadStore
-from executor.payloads.offload import (
+from toolexec.payloads.encoding import Encoded, Index, decode, encode
+from toolexec.payloads.file_store import FilePayloadStore
+from toolexec.payloads.offload import (
     ARGUMENT_MARKER,
     Limits,
     Offloader,
@@ -17,11 +17,11 @@ from executor.payloads.offload import (
     store_arguments,
     worker_payloads,
 )
-from executor.payloads.preview import build_preview
-from executor.payloads.reader import PayloadPage, PayloadReader
-from executor.payloads.redis_store import RedisPayloadStore
-from executor.payloads.store import PayloadStore, open_store
-from executor.payloads.tokens import estimate_tokens
+from toolexec.payloads.preview import build_preview
+from toolexec.payloads.reader import PayloadPage, PayloadReader
+from toolexec.payloads.redis_store import RedisPayloadStore
+from toolexec.payloads.store import PayloadStore, open_store
+from toolexec.payloads.tokens import estimate_tokens
 
 __all__ = [
     "ARGUMENT_MARKER",

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from executor.results import PayloadUnit
+from toolexec.results import PayloadUnit
 
 __all__ = [
     "JSON_TYPE",

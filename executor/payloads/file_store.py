@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from executor.clock import Clock
-from executor.errors import (
+from toolexec.clock import Clock
+from toolexec.errors import (
     PayloadExpiredError,
     PayloadMissingError,
     PayloadStoreUnavailableError,
@@ -31,7 +31,7 @@ _KEY = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}$")
 
 
 class FilePayloadStore:
-    """A :class:`~executor.payloads.store.PayloadStore` on a directory."""
+    """A :class:`~toolexec.payloads.store.PayloadStore` on a directory."""
 
     kind = "file"
 

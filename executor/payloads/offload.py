@@ -18,23 +18,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from executor.clock import Clock
-from executor.errors import (
+from toolexec.clock import Clock
+from toolexec.errors import (
     InvalidArgumentsError,
     PayloadStoreUnavailableError,
     PayloadUnavailableError,
     ToolException,
     UnavailableError,
 )
-from executor.layers import Attempt, Outcome, Proceed
-from executor.payloads.encoding import Encoded, Index, encode
-from executor.payloads.preview import build_preview
-from executor.payloads.reader import INDEX_SUFFIX, PayloadReader
-from executor.payloads.store import PayloadStore, open_store
-from executor.payloads.tokens import budget_bytes
-from executor.registry import ToolSpec
-from executor.results import PayloadRef
-from executor.settings import Settings
+from toolexec.layers import Attempt, Outcome, Proceed
+from toolexec.payloads.encoding import Encoded, Index, encode
+from toolexec.payloads.preview import build_preview
+from toolexec.payloads.reader import INDEX_SUFFIX, PayloadReader
+from toolexec.payloads.store import PayloadStore, open_store
+from toolexec.payloads.tokens import budget_bytes
+from toolexec.registry import ToolSpec
+from toolexec.results import PayloadRef
+from toolexec.settings import Settings
 
 __all__ = [
     "ARGUMENT_MARKER",
@@ -187,7 +187,7 @@ class PayloadLayer:
             return replace(outcome, data=None, failure=_unstorable(attempt.spec, exc))
         # imported here: prometheus_client picks its multiprocess mode on first import,
         # which must come after the worker's set-up, never from a client's import
-        from executor.metrics import record_offload
+        from toolexec.metrics import record_offload
 
         record_offload(attempt.tool, ref.size_bytes)
         preview = build_preview(outcome.data, ref, limits.token_budget)

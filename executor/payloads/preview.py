@@ -11,7 +11,7 @@ with as much of the value as fits the token budget, chosen by its shape:
 - a JSON object: every key it can, with long values cut.
 
 How much fits is found by bisection on the exact JSON size of the preview,
-so the result is never over the budget (:mod:`executor.payloads.tokens`).
+so the result is never over the budget (:mod:`toolexec.payloads.tokens`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from executor.payloads.tokens import budget_bytes, json_bytes
-from executor.results import PayloadRef
+from toolexec.payloads.tokens import budget_bytes, json_bytes
+from toolexec.results import PayloadRef
 
 __all__ = ["build_preview", "shrink"]
 

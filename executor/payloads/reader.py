@@ -12,17 +12,17 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from executor.clock import Clock
-from executor.errors import (
+from toolexec.clock import Clock
+from toolexec.errors import (
     PayloadExpiredError,
     PayloadIntegrityError,
     PayloadMissingError,
     PayloadUnavailableError,
     UsageError,
 )
-from executor.payloads.encoding import Index, decode, span, split_units
-from executor.payloads.store import PayloadStore
-from executor.results import PayloadRef, PayloadUnit
+from toolexec.payloads.encoding import Index, decode, span, split_units
+from toolexec.payloads.store import PayloadStore
+from toolexec.results import PayloadRef, PayloadUnit
 
 __all__ = ["INDEX_SUFFIX", "PayloadPage", "PayloadReader"]
 

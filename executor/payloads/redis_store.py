@@ -12,15 +12,15 @@ from collections.abc import Iterator
 
 import redis
 
-from executor.connection import redis_client
-from executor.errors import PayloadMissingError, PayloadStoreUnavailableError
-from executor.keys import Keys
+from toolexec.connection import redis_client
+from toolexec.errors import PayloadMissingError, PayloadStoreUnavailableError
+from toolexec.keys import Keys
 
 __all__ = ["RedisPayloadStore"]
 
 
 class RedisPayloadStore:
-    """A :class:`~executor.payloads.store.PayloadStore` on Redis strings.
+    """A :class:`~toolexec.payloads.store.PayloadStore` on Redis strings.
 
     ``client`` must return bytes (``decode_responses=False``): payloads are
     bytes, and decoding 10 MB to ``str`` only to encode it again wastes time.

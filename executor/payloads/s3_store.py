@@ -13,8 +13,8 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from executor.clock import Clock
-from executor.errors import (
+from toolexec.clock import Clock
+from toolexec.errors import (
     ConfigurationError,
     PayloadExpiredError,
     PayloadMissingError,
@@ -31,7 +31,7 @@ _MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 
 
 class S3PayloadStore:
-    """A :class:`~executor.payloads.store.PayloadStore` on one bucket and key prefix."""
+    """A :class:`~toolexec.payloads.store.PayloadStore` on one bucket and key prefix."""
 
     kind = "s3"
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from executor.clock import Clock
-from executor.errors import ConfigurationError
-from executor.keys import Keys
-from executor.settings import Settings
+from toolexec.clock import Clock
+from toolexec.errors import ConfigurationError
+from toolexec.keys import Keys
+from toolexec.settings import Settings
 
 __all__ = ["PayloadStore", "open_store"]
 
@@ -55,15 +55,15 @@ def open_store(settings: Settings, redis_url: str, clock: Clock) -> PayloadStore
     """The store ``settings.payload_store`` names; the Redis one lives at ``redis_url``."""
     where = settings.payload_store
     if where == "redis":
-        from executor.payloads.redis_store import RedisPayloadStore
+        from toolexec.payloads.redis_store import RedisPayloadStore
 
         return RedisPayloadStore.connect(redis_url, Keys(settings.key_prefix))
     if where.startswith("file://"):
-        from executor.payloads.file_store import FilePayloadStore
+        from toolexec.payloads.file_store import FilePayloadStore
 
         return FilePayloadStore(where.removeprefix("file://"), clock)
     if where.startswith("s3://"):
-        from executor.payloads.s3_store import S3PayloadStore
+        from toolexec.payloads.s3_store import S3PayloadStore
 
         bucket, _, prefix = where.removeprefix("s3://").partition("/")
         return S3PayloadStore.connect(

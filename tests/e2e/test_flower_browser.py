@@ -4,7 +4,7 @@ Given a worker and Flower (behind basic auth) on loopback, and calls that
 succeed, retry and fail, headless Chromium logs in and finds each call on
 the tasks page, and Flower's API shows the retries and error types. The
 recipe (system Chromium through Playwright, no browser download) is
-ANCHORS §4. ``TOOLEXEC_UPDATE_DOCS=1`` (``make screenshot``) also writes the
+docs/background.md, Flower. ``TOOLEXEC_UPDATE_DOCS=1`` (``make screenshot``) also writes the
 screenshot the README shows, docs/flower-tasks.png.
 """
 
@@ -21,9 +21,9 @@ import pytest
 from ops_support import REPO, FlowerProcess
 from ops_tools import OPS_QUEUE
 
-from executor.client import ToolClient
-from executor.settings import Settings
-from executor.testing import FlakyServer, Reply, WorkerProcess
+from toolexec.client import ToolClient
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
 pytestmark = [pytest.mark.e2e, pytest.mark.integration]
 
@@ -126,7 +126,7 @@ def test_flower_refuses_requests_without_credentials(flower: FlowerProcess) -> N
 
 
 def test_flower_metrics_count_the_retries_per_tool(flower: FlowerProcess, calls: Calls) -> None:
-    """/metrics needs no auth, so a Prometheus scraper can read it (ANCHORS §1)."""
+    """/metrics needs no auth, so a Prometheus scraper can read it (docs/background.md, Celery)."""
     with urllib.request.urlopen(flower.url + "/metrics", timeout=10) as response:
         text = response.read().decode()
     retried = [

@@ -15,11 +15,11 @@ import pytest
 from celery import Celery
 from integration_support import closed_port
 
-from executor.app import create_app
-from executor.client import ToolClient
-from executor.keys import Keys
-from executor.settings import Settings
-from executor.testing import WorkerProcess
+from toolexec.app import create_app
+from toolexec.client import ToolClient
+from toolexec.keys import Keys
+from toolexec.settings import Settings
+from toolexec.testing import WorkerProcess
 
 
 @pytest.fixture(scope="session")

@@ -11,9 +11,9 @@ from typing import Any
 
 import redis
 
-from executor.keys import Keys
-from executor.settings import Settings
-from executor.testing import Ledger, WorkerProcess
+from toolexec.keys import Keys
+from toolexec.settings import Settings
+from toolexec.testing import Ledger, WorkerProcess
 
 #: Leases and sweeps of the workers these tests start: short, so takeovers are quick.
 LEASE_S = 2.0

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from executor.testing import Hit
+from toolexec.testing import Hit
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ import time
 
 import httpx
 
-from executor import tool
+from toolexec import tool
 
 QUEUE = "lonely"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import redis
 
-from executor.connection import redis_client
+from toolexec.connection import redis_client
 
 __all__ = ["ServerProcess", "free_port", "self_signed_cert", "tls_server_binary", "valkey_binary"]
 

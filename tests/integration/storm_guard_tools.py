@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import httpx
 
-from executor import tool
-from executor.breaker import BreakerPolicy
-from executor.budget import RetryBudgetPolicy
-from executor.ratelimit import RateLimitPolicy
+from toolexec import tool
+from toolexec.breaker import BreakerPolicy
+from toolexec.budget import RetryBudgetPolicy
+from toolexec.ratelimit import RateLimitPolicy
 
 QUEUE = "storm"
 NO_BREAKER = BreakerPolicy(enabled=False)

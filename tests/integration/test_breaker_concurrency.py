@@ -17,10 +17,10 @@ from typing import TypeVar
 import pytest
 import redis
 
-from executor.breaker import Admission, BreakerPolicy, BreakerState, CircuitBreaker, Transition
-from executor.clock import ManualClock
-from executor.connection import redis_client
-from executor.keys import Keys
+from toolexec.breaker import Admission, BreakerPolicy, BreakerState, CircuitBreaker, Transition
+from toolexec.clock import ManualClock
+from toolexec.connection import redis_client
+from toolexec.keys import Keys
 
 T = TypeVar("T")
 NAME = "http_request@api.example.com"

@@ -20,17 +20,17 @@ import pytest
 from breaker_tools import LEASED, OUTAGE, QUEUE
 from celery import Celery
 
-from executor.app import create_app
-from executor.breaker import BreakerState, CircuitBreaker
-from executor.client import ToolClient
-from executor.connection import redis_client
-from executor.context import CallContext
-from executor.errors import ErrorType
-from executor.keys import Keys
-from executor.replies import ReplyBox
-from executor.results import ToolResult
-from executor.settings import Settings
-from executor.testing import FlakyServer, Hit, Reply, WorkerProcess
+from toolexec.app import create_app
+from toolexec.breaker import BreakerState, CircuitBreaker
+from toolexec.client import ToolClient
+from toolexec.connection import redis_client
+from toolexec.context import CallContext
+from toolexec.errors import ErrorType
+from toolexec.keys import Keys
+from toolexec.replies import ReplyBox
+from toolexec.results import ToolResult
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Hit, Reply, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -31,7 +31,7 @@ def _demo_env(data_dir: Path) -> dict[str, str]:
 
 
 def _demo_command() -> list[str]:
-    return [sys.executable, "-m", "executor", "demo"]
+    return [sys.executable, "-m", "toolexec", "demo"]
 
 
 def _pids(output: str) -> tuple[int, int]:

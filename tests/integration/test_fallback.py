@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 from fallback_tools import INSTEAD, QUEUE
 
-from executor.app import create_app
-from executor.breaker import CircuitBreaker
-from executor.client import ToolClient
-from executor.context import CallContext
-from executor.errors import ErrorType
-from executor.keys import Keys
-from executor.replies import ReplyBox
-from executor.results import ToolResult
-from executor.settings import Settings
-from executor.testing import FlakyServer, Reply, WorkerProcess
+from toolexec.app import create_app
+from toolexec.breaker import CircuitBreaker
+from toolexec.client import ToolClient
+from toolexec.context import CallContext
+from toolexec.errors import ErrorType
+from toolexec.keys import Keys
+from toolexec.replies import ReplyBox
+from toolexec.results import ToolResult
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

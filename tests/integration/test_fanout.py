@@ -12,8 +12,8 @@ import asyncio
 import pytest
 from integration_support import timed
 
-from executor.client import ToolClient
-from executor.errors import ErrorType
+from toolexec.client import ToolClient
+from toolexec.errors import ErrorType
 
 pytestmark = pytest.mark.integration
 

@@ -20,12 +20,12 @@ import pytest
 from integration_support import timed
 from pydantic import TypeAdapter
 
-from executor.adapters import Format
-from executor.client import ToolClient
-from executor.clock import ManualClock
-from executor.errors import BrokerUnavailableError, ErrorType
-from executor.guard import RunBudget
-from executor.settings import Settings
+from toolexec.adapters import Format
+from toolexec.client import ToolClient
+from toolexec.clock import ManualClock
+from toolexec.errors import BrokerUnavailableError, ErrorType
+from toolexec.guard import RunBudget
+from toolexec.settings import Settings
 
 pytestmark = pytest.mark.integration
 

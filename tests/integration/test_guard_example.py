@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.settings import Settings
+from toolexec.settings import Settings
 
 pytestmark = pytest.mark.integration
 

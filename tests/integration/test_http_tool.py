@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from executor.client import ToolClient
-from executor.errors import ErrorType
-from executor.testing import FlakyServer, Reply
+from toolexec.client import ToolClient
+from toolexec.errors import ErrorType
+from toolexec.testing import FlakyServer, Reply
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from idempotency_support import idem_env, order_arguments, run_id, start_worker
 
-from executor.client import ToolClient
-from executor.errors import ErrorType
-from executor.settings import Settings
-from executor.testing import FlakyServer, Ledger, Reply, WorkerProcess
+from toolexec.client import ToolClient
+from toolexec.errors import ErrorType
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Ledger, Reply, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -24,11 +24,11 @@ from idempotency_support import (
     wait_until,
 )
 
-from executor.client import CallHandle, ToolClient
-from executor.errors import ErrorType
-from executor.keys import Keys
-from executor.settings import Settings
-from executor.testing import FlakyServer, Ledger, Reply, WorkerProcess
+from toolexec.client import CallHandle, ToolClient
+from toolexec.errors import ErrorType
+from toolexec.keys import Keys
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Ledger, Reply, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from integration_support import closed_port
 
-from executor.client import ToolClient
-from executor.errors import BrokerUnavailableError, ErrorType, RedisUnavailableError
-from executor.keys import Keys
-from executor.registry import Registry, tool
-from executor.results import ToolResult
-from executor.settings import Settings
-from executor.testing import FlakyServer, WorkerProcess
+from toolexec.client import ToolClient
+from toolexec.errors import BrokerUnavailableError, ErrorType, RedisUnavailableError
+from toolexec.keys import Keys
+from toolexec.registry import Registry, tool
+from toolexec.results import ToolResult
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, WorkerProcess
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +132,7 @@ def test_worker_killed_mid_call_leaves_the_caller_a_deadline_result(
     """Given a worker SIGKILLed while it runs a call, the caller still gets an answer on time.
 
     The message stays unacknowledged in the broker and is only redelivered
-    after the visibility timeout (max_timeout + 60 s, ANCHORS §1): recovering
+    after the visibility timeout (max_timeout + 60 s, docs/background.md, Celery): recovering
     the call itself is issue 4's territory. Here a replacement worker is up
     before the deadline, and the call still ends as deadline_exceeded at its
     deadline + reply_grace instead of hanging; new calls are served again.

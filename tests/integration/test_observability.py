@@ -22,11 +22,11 @@ from integration_support import closed_port
 from observability_tools import PARKED_QUEUE
 from prometheus_client.parser import text_string_to_metric_families
 
-from executor.cli import cli
-from executor.client import ToolClient
-from executor.results import ToolResult
-from executor.settings import Settings
-from executor.testing import FlakyServer, Reply, WorkerProcess
+from toolexec.cli import cli
+from toolexec.client import ToolClient
+from toolexec.results import ToolResult
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -2,7 +2,7 @@
 
 A worker of its own serves tests/payload_tools.py on the ``payloads`` queue and
 leaves ``payloads-parked`` alone, so a message published there can be read off
-Redis and measured. Results come back on reply lists (executor.replies), which
+Redis and measured. Results come back on reply lists (toolexec.replies), which
 the tests read before the client pops them.
 """
 
@@ -19,14 +19,14 @@ import pytest
 import redis
 from payload_tools import PARKED_QUEUE, make_items, make_text
 
-from executor.client import CallHandle, ToolClient
-from executor.clock import ManualClock
-from executor.errors import PayloadExpiredError, PayloadMissingError
-from executor.keys import Keys
-from executor.payloads.tokens import estimate_tokens, json_bytes
-from executor.results import ToolResult
-from executor.settings import Settings
-from executor.testing import WorkerProcess
+from toolexec.client import CallHandle, ToolClient
+from toolexec.clock import ManualClock
+from toolexec.errors import PayloadExpiredError, PayloadMissingError
+from toolexec.keys import Keys
+from toolexec.payloads.tokens import estimate_tokens, json_bytes
+from toolexec.results import ToolResult
+from toolexec.settings import Settings
+from toolexec.testing import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ import pytest
 from payload_support import moto_s3
 from payload_tools import make_items, make_text
 
-from executor.client import ToolClient
-from executor.settings import Settings
-from executor.testing import WorkerProcess
+from toolexec.client import ToolClient
+from toolexec.settings import Settings
+from toolexec.testing import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

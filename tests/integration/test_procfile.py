@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 from ops_support import REPO, free_port, wait_until
 
-from executor.client import ToolClient
-from executor.connection import redis_client
-from executor.keys import Keys
-from executor.settings import Settings
+from toolexec.client import ToolClient
+from toolexec.connection import redis_client
+from toolexec.keys import Keys
+from toolexec.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -19,11 +19,11 @@ import pytest
 from integration_support import gaps
 from kombu import Connection, Queue
 
-from executor.client import ToolClient
-from executor.connection import redact_url
-from executor.errors import ErrorType
-from executor.settings import Settings
-from executor.testing import FlakyServer, Reply, WorkerProcess
+from toolexec.client import ToolClient
+from toolexec.connection import redact_url
+from toolexec.errors import ErrorType
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from integration_support import gaps, timed
 
-from executor.client import ToolClient
-from executor.errors import ErrorType
-from executor.settings import Settings
-from executor.testing import FlakyServer, Reply
+from toolexec.client import ToolClient
+from toolexec.errors import ErrorType
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Reply
 
 pytestmark = pytest.mark.integration
 

@@ -17,12 +17,12 @@ from celery import Celery
 from click.testing import CliRunner
 from servers import ServerProcess, free_port, self_signed_cert, tls_server_binary, valkey_binary
 
-from executor.cli import cli
-from executor.client import ToolClient
-from executor.context import CallContext
-from executor.errors import ErrorType, RedisUnavailableError
-from executor.settings import Settings
-from executor.testing import FlakyServer, Reply, WorkerProcess
+from toolexec.cli import cli
+from toolexec.client import ToolClient
+from toolexec.context import CallContext
+from toolexec.errors import ErrorType, RedisUnavailableError
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

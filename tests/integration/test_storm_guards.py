@@ -17,13 +17,13 @@ import pytest
 from integration_support import gaps
 from storm_guard_tools import BUDGET, QUEUE
 
-from executor.client import ToolClient
-from executor.connection import redis_client
-from executor.errors import ErrorType
-from executor.faults import FaultConfig, FaultStore
-from executor.keys import Keys
-from executor.settings import Settings
-from executor.testing import FlakyServer, Reply, WorkerProcess
+from toolexec.client import ToolClient
+from toolexec.connection import redis_client
+from toolexec.errors import ErrorType
+from toolexec.faults import FaultConfig, FaultStore
+from toolexec.keys import Keys
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,6 @@
 """Time limits end to end: a tool past its limit yields ``timeout``, on time, on the threads pool.
 
-Celery's threads pool enforces no time limit (ANCHORS §1), so these prove the
+Celery's threads pool enforces no time limit (docs/background.md, Celery), so these prove the
 executor's own: the result must arrive within timeout x attempts plus a small
 slack even though the tool itself would run for 10 s.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from integration_support import timed
 
-from executor.client import ToolClient
-from executor.errors import ErrorType
+from toolexec.client import ToolClient
+from toolexec.errors import ErrorType
 
 pytestmark = pytest.mark.integration
 

@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from executor.client import ToolClient
-from executor.context import CallContext
-from executor.errors import ErrorType, UsageError
-from executor.keys import Keys
-from executor.replies import ReplyBox
-from executor.results import ToolResult
-from executor.settings import Settings
-from executor.testing import FlakyServer
+from toolexec.client import ToolClient
+from toolexec.context import CallContext
+from toolexec.errors import ErrorType, UsageError
+from toolexec.keys import Keys
+from toolexec.replies import ReplyBox
+from toolexec.results import ToolResult
+from toolexec.settings import Settings
+from toolexec.testing import FlakyServer
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,9 @@ import pytest
 from ops_support import celery
 from ops_tools import AUTOSCALE_QUEUE, FAST_QUEUE, SLOW_QUEUE
 
-from executor.client import CallHandle, ToolClient
-from executor.settings import Settings
-from executor.testing import WorkerProcess
+from toolexec.client import CallHandle, ToolClient
+from toolexec.settings import Settings
+from toolexec.testing import WorkerProcess
 
 pytestmark = pytest.mark.integration
 

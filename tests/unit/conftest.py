@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from executor.clock import ManualClock
-from executor.connection import redis_client
-from executor.keys import Keys
-from executor.registry import Registry
+from toolexec.clock import ManualClock
+from toolexec.connection import redis_client
+from toolexec.keys import Keys
+from toolexec.registry import Registry
 
 
 @pytest.fixture

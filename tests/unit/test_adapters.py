@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
-from executor.adapters import ToolCall, parse_tool_calls
-from executor.errors import ErrorType, UsageError
-from executor.guard import GuardedResult, RunBudget, RunState, Verdict, plan_round, settle_round
-from executor.results import ToolResult
+from toolexec.adapters import ToolCall, parse_tool_calls
+from toolexec.errors import ErrorType, UsageError
+from toolexec.guard import GuardedResult, RunBudget, RunState, Verdict, plan_round, settle_round
+from toolexec.results import ToolResult
 
 NO_OPENAI = (
     "the openai package is not installed: pip install -e '.[sdks]' to check against its types"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from executor.app import celery_config
-from executor.settings import Settings
+from toolexec.app import celery_config
+from toolexec.settings import Settings
 
 
 def _config(broker: str | None) -> dict[str, object]:

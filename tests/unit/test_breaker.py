@@ -14,7 +14,7 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from executor.breaker import (
+from toolexec.breaker import (
     Admission,
     BreakerPolicy,
     BreakerState,
@@ -22,11 +22,11 @@ from executor.breaker import (
     Transition,
     TransitionReason,
 )
-from executor.breaker_cli import breakers
-from executor.clock import ManualClock
-from executor.connection import redis_client
-from executor.errors import ConfigurationError, ErrorType, RedisUnavailableError, UsageError
-from executor.keys import Keys
+from toolexec.breaker_cli import breakers
+from toolexec.clock import ManualClock
+from toolexec.connection import redis_client
+from toolexec.errors import ConfigurationError, ErrorType, RedisUnavailableError, UsageError
+from toolexec.keys import Keys
 
 NAME = "get_weather"
 #: Opens after 3 consecutive failures; the rate condition is off unless a test turns it on.
@@ -443,7 +443,7 @@ def test_a_failing_listener_is_logged_and_never_breaks_record(
     breaker.add_listener(broken)
     breaker.add_listener(seen.append)
 
-    with caplog.at_level(logging.INFO, logger="executor.breaker"):
+    with caplog.at_level(logging.INFO, logger="toolexec.breaker"):
         for _ in range(3):
             _, transition = call(breaker)
 
@@ -457,7 +457,7 @@ def test_unreachable_redis_with_allow_lets_calls_through_and_warns_once_per_inte
 ) -> None:
     breaker = CircuitBreaker(dead_redis(), clock=clock, warn_interval_s=60.0)
 
-    with caplog.at_level(logging.WARNING, logger="executor.breaker"):
+    with caplog.at_level(logging.WARNING, logger="toolexec.breaker"):
         admission = breaker.acquire(NAME, CONSECUTIVE)
         view = breaker.check(NAME, CONSECUTIVE)
         recorded = breaker.record(NAME, CONSECUTIVE, admission, success=False, duration_s=1)

@@ -9,11 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from executor.budget import BUCKETS, RetryBudget, RetryBudgetPolicy, budget_name
-from executor.clock import ManualClock
-from executor.connection import fail_fast_client
-from executor.errors import ConfigurationError
-from executor.keys import Keys
+from toolexec.budget import BUCKETS, RetryBudget, RetryBudgetPolicy, budget_name
+from toolexec.clock import ManualClock
+from toolexec.connection import fail_fast_client
+from toolexec.errors import ConfigurationError
+from toolexec.keys import Keys
 
 NAME = "search"
 #: 10% of the calls in the last 10 s, and no floor, so that counts are easy to read.

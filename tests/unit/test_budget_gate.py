@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 import redis
 
-from executor.budget import RetryBudget, RetryBudgetLayer, RetryBudgetPolicy
-from executor.clock import ManualClock
-from executor.connection import redis_client
-from executor.context import CallContext
-from executor.errors import ErrorType, NotFoundError, UnavailableError
-from executor.execution import Executor, Final, Retry, Verdict
-from executor.keys import Keys
-from executor.registry import Registry, ToolSpec, tool
-from executor.runner import Runner
+from toolexec.budget import RetryBudget, RetryBudgetLayer, RetryBudgetPolicy
+from toolexec.clock import ManualClock
+from toolexec.connection import redis_client
+from toolexec.context import CallContext
+from toolexec.errors import ErrorType, NotFoundError, UnavailableError
+from toolexec.execution import Executor, Final, Retry, Verdict
+from toolexec.keys import Keys
+from toolexec.registry import Registry, ToolSpec, tool
+from toolexec.runner import Runner
 
 #: One retry per window whatever the traffic, then 10% of the calls.
 ONE_FLOOR = RetryBudgetPolicy(ratio=0.1, window_s=10.0, min_retries=1)

@@ -9,8 +9,8 @@ import httpx
 import pydantic
 import pytest
 
-from executor.classify import classify_exception, classify_response, parse_retry_after
-from executor.errors import (
+from toolexec.classify import classify_exception, classify_response, parse_retry_after
+from toolexec.errors import (
     ErrorType,
     NotFoundError,
     RateLimitedError,

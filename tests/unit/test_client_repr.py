@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery.utils.saferepr import saferepr
 
-from executor.client import _REPR_LIMIT, _shown
+from toolexec.client import _REPR_LIMIT, _shown
 
 
 def test_small_kwargs_show_exactly_what_celerys_saferepr_would() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from executor.connection import celery_url, parse_sentinel, redact_url
-from executor.errors import ConfigurationError
+from toolexec.connection import celery_url, parse_sentinel, redact_url
+from toolexec.errors import ConfigurationError
 
 SENTINELS = "sentinel://:pw@s1:26379/2;sentinel://s2:26380/2;sentinel://s3/2?master_name=mymaster"
 

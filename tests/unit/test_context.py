@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from executor.context import CallContext
+from toolexec.context import CallContext
 
 
 def _ctx() -> CallContext:

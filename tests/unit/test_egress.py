@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from executor.egress import EgressPolicy, GuardedTransport, forbidden_reason
-from executor.errors import ConfigurationError, ErrorType, ForbiddenError
-from executor.testing import FlakyServer, Reply
+from toolexec.egress import EgressPolicy, GuardedTransport, forbidden_reason
+from toolexec.errors import ConfigurationError, ErrorType, ForbiddenError
+from toolexec.testing import FlakyServer, Reply
 
 LOOPBACK_ONLY = EgressPolicy.parse(["127.0.0.1"])
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from executor.embedded import ensure_embedded, stop_embedded
+from toolexec.embedded import ensure_embedded, stop_embedded
 
 
 @pytest.fixture

@@ -17,13 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
-from executor.clock import ManualClock
-from executor.context import CallContext
-from executor.errors import ErrorType, RateLimitedError, UnavailableError
-from executor.execution import Executor, Final, Retry, Verdict
-from executor.registry import Registry, ToolSpec, tool
-from executor.retry import Jitter, RetryPolicy
-from executor.runner import Runner
+from toolexec.clock import ManualClock
+from toolexec.context import CallContext
+from toolexec.errors import ErrorType, RateLimitedError, UnavailableError
+from toolexec.execution import Executor, Final, Retry, Verdict
+from toolexec.registry import Registry, ToolSpec, tool
+from toolexec.retry import Jitter, RetryPolicy
+from toolexec.runner import Runner
 
 SEED = 42
 

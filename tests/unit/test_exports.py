@@ -8,45 +8,45 @@ import types
 
 import pytest
 
-import executor
+import toolexec
 
 SUBMODULES = sorted(
-    f"executor.{info.name}"
-    for info in pkgutil.iter_modules(executor.__path__)
+    f"toolexec.{info.name}"
+    for info in pkgutil.iter_modules(toolexec.__path__)
     if info.name != "__main__"  # importing it runs the CLI
 )
 
 
 def test_every_name_in_all_is_importable() -> None:
-    missing = [name for name in executor.__all__ if not hasattr(executor, name)]
+    missing = [name for name in toolexec.__all__ if not hasattr(toolexec, name)]
     assert missing == []
 
 
 def test_every_public_name_of_the_package_is_in_all() -> None:
     public = {
         name
-        for name, value in vars(executor).items()
+        for name, value in vars(toolexec).items()
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
-    assert public == set(executor.__all__)
+    assert public == set(toolexec.__all__)
 
 
 def test_all_is_sorted_without_duplicates() -> None:
-    assert executor.__all__ == sorted(set(executor.__all__))
+    assert toolexec.__all__ == sorted(set(toolexec.__all__))
 
 
 def test_star_import_gives_exactly_all() -> None:
     namespace: dict[str, object] = {}
-    exec("from executor import *", namespace)
-    assert set(namespace) - {"__builtins__"} == set(executor.__all__)
+    exec("from toolexec import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(toolexec.__all__)
 
 
-@pytest.mark.parametrize("name", executor.__all__)
+@pytest.mark.parametrize("name", toolexec.__all__)
 def test_each_export_is_public_where_it_is_defined(name: str) -> None:
     """The package re-exports; it never promotes a private name of a submodule."""
-    value = getattr(executor, name)
+    value = getattr(toolexec, name)
     home = importlib.import_module(value.__module__)
-    assert home.__name__.startswith("executor.")
+    assert home.__name__.startswith("toolexec.")
     assert getattr(home, name) is value
     assert name in home.__all__
 

@@ -18,16 +18,12 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from executor.breaker import CircuitBreaker
-from executor.clock import ManualClock
-from executor.context import CallContext
-from executor.errors import ConfigurationError, ErrorType, UnavailableError
-from executor.execution import Executor, Final, Verdict, error_info, error_result
-from executor.keys import Keys
-from executor.redaction import Secret
-from executor.registry import Registry, ToolSpec, tool
-from executor.results import ErrorInfo, StepNote, ToolResult
-from fallback import (
+from toolexec.breaker import CircuitBreaker
+from toolexec.clock import ManualClock
+from toolexec.context import CallContext
+from toolexec.errors import ConfigurationError, ErrorType, UnavailableError
+from toolexec.execution import Executor, Final, Verdict, error_info, error_result
+from toolexec.fallback import (
     FALLBACK_TASK,
     Alternative,
     ChainRunner,
@@ -42,6 +38,10 @@ from fallback import (
     complete_chain,
     falls_back,
 )
+from toolexec.keys import Keys
+from toolexec.redaction import Secret
+from toolexec.registry import Registry, ToolSpec, tool
+from toolexec.results import ErrorInfo, StepNote, ToolResult
 
 INSTEAD = "Say the forecast is unavailable and suggest checking a weather site."
 CACHE = LastGood(ttl_s=600)

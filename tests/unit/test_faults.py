@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 import redis
 
-from executor.clock import ManualClock
-from executor.connection import redis_client
-from executor.context import CallContext
-from executor.errors import ConfigurationError, ErrorType, UnavailableError
-from executor.execution import Executor, Final, Retry, Verdict
-from executor.faults import FaultConfig, FaultLayer, FaultStore
-from executor.keys import Keys
-from executor.registry import Registry, ToolSpec, tool
-from executor.runner import Runner
+from toolexec.clock import ManualClock
+from toolexec.connection import redis_client
+from toolexec.context import CallContext
+from toolexec.errors import ConfigurationError, ErrorType, UnavailableError
+from toolexec.execution import Executor, Final, Retry, Verdict
+from toolexec.faults import FaultConfig, FaultLayer, FaultStore
+from toolexec.keys import Keys
+from toolexec.registry import Registry, ToolSpec, tool
+from toolexec.runner import Runner
 
 
 class Sleeper:

@@ -8,11 +8,11 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from executor.cli import cli
-from executor.connection import redis_client
-from executor.errors import ErrorType
-from executor.faults import FaultConfig, FaultStore
-from executor.keys import Keys
+from toolexec.cli import cli
+from toolexec.connection import redis_client
+from toolexec.errors import ErrorType
+from toolexec.faults import FaultConfig, FaultStore
+from toolexec.keys import Keys
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from executor.errors import ConfigurationError, ErrorType, UsageError
-from executor.guard import (
+from toolexec.errors import ConfigurationError, ErrorType, UsageError
+from toolexec.guard import (
     GuardedResult,
     Pattern,
     RunBudget,
@@ -23,7 +23,7 @@ from executor.guard import (
     plan_round,
     settle_round,
 )
-from executor.results import ErrorInfo, ToolResult
+from toolexec.results import ErrorInfo, ToolResult
 
 Call = tuple[str, dict[str, Any]]
 Answer = Callable[[str, dict[str, Any]], ToolResult]

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import redis
 
-from executor.clock import ManualClock
-from executor.connection import redis_client
-from executor.errors import ErrorType, RedisUnavailableError
-from executor.guard import GuardedResult, RunBudget, RunGuard, Verdict
-from executor.keys import RUN_IDLE_TTL_S, Keys
-from executor.results import ToolResult
+from toolexec.clock import ManualClock
+from toolexec.connection import redis_client
+from toolexec.errors import ErrorType, RedisUnavailableError
+from toolexec.guard import GuardedResult, RunBudget, RunGuard, Verdict
+from toolexec.keys import RUN_IDLE_TTL_S, Keys
+from toolexec.results import ToolResult
 
 
 def play(guard: RunGuard, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[GuardedResult]:

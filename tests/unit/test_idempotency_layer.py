@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 import redis
 
-from executor.clock import ManualClock
-from executor.connection import fail_fast_client
-from executor.context import CallContext
-from executor.errors import ErrorType, NotFoundError, ToolTimeoutError, UnavailableError
-from executor.execution import Executor, Final, NoReply, Retry, Verdict
-from executor.idempotency import IdempotencyLayer, IdempotencyStore, Message, call_mode, record_id
-from executor.keys import Keys
-from executor.normalize import arguments_hash
-from executor.registry import Registry, ToolSpec, tool
-from executor.results import ToolResult
-from executor.runner import Runner
+from toolexec.clock import ManualClock
+from toolexec.connection import fail_fast_client
+from toolexec.context import CallContext
+from toolexec.errors import ErrorType, NotFoundError, ToolTimeoutError, UnavailableError
+from toolexec.execution import Executor, Final, NoReply, Retry, Verdict
+from toolexec.idempotency import IdempotencyLayer, IdempotencyStore, Message, call_mode, record_id
+from toolexec.keys import Keys
+from toolexec.normalize import arguments_hash
+from toolexec.registry import Registry, ToolSpec, tool
+from toolexec.results import ToolResult
+from toolexec.runner import Runner
 
 LEASE_S = 5.0
 

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 import redis
 
-from executor.clock import ManualClock
-from executor.context import CallContext
-from executor.idempotency import Claim, IdempotencyStore, Lease, Message
-from executor.keys import Keys
-from executor.results import ToolResult
+from toolexec.clock import ManualClock
+from toolexec.context import CallContext
+from toolexec.idempotency import Claim, IdempotencyStore, Lease, Message
+from toolexec.keys import Keys
+from toolexec.results import ToolResult
 
 LEASE_S = 5.0
 RETENTION_S = 3600.0

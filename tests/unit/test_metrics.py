@@ -9,18 +9,18 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from executor import metrics as metrics_mod
-from executor.breaker import (
+from toolexec import metrics as metrics_mod
+from toolexec.breaker import (
     BreakerPolicy,
     BreakerState,
     CircuitBreaker,
     Transition,
     TransitionReason,
 )
-from executor.clock import ManualClock
-from executor.connection import fail_fast_client, redis_client
-from executor.keys import Keys
-from executor.metrics import BreakerCollector, Metrics, record_fallback, record_offload
+from toolexec.clock import ManualClock
+from toolexec.connection import fail_fast_client, redis_client
+from toolexec.keys import Keys
+from toolexec.metrics import BreakerCollector, Metrics, record_fallback, record_offload
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from executor.normalize import FLOAT_DIGITS, arguments_hash, canonical_json, normalize
+from toolexec.normalize import FLOAT_DIGITS, arguments_hash, canonical_json, normalize
 
 
 def test_key_order_and_whitespace_do_not_change_the_form() -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from executor.cli import cli
-from executor.ops_cli import basic_auth, is_loopback, valkey_args
-from executor.settings import Settings
+from toolexec.cli import cli
+from toolexec.ops_cli import basic_auth, is_loopback, valkey_args
+from toolexec.settings import Settings
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.53", "::1", "localhost"])
@@ -69,7 +69,7 @@ def test_autoscale_with_the_threads_pool_is_refused_before_anything_starts() -> 
 
 
 def test_autoscale_without_a_pool_picks_prefork() -> None:
-    from executor.cli import _autoscale_pool
+    from toolexec.cli import _autoscale_pool
 
     assert _autoscale_pool(None, "4,1") == "prefork"
     assert _autoscale_pool("prefork", "4,1") == "prefork"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from executor.payloads.encoding import (
+from toolexec.payloads.encoding import (
     JSON_TYPE,
     MARK_EVERY_BYTES,
     TEXT_TYPE,

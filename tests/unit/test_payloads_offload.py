@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from executor.clock import ManualClock
-from executor.context import CallContext
-from executor.errors import (
+from toolexec.clock import ManualClock
+from toolexec.context import CallContext
+from toolexec.errors import (
     ConfigurationError,
     ErrorType,
     InvalidArgumentsError,
     UnavailableError,
 )
-from executor.execution import Executor, Final, Verdict
-from executor.layers import Attempt, Outcome
-from executor.payloads import (
+from toolexec.execution import Executor, Final, Verdict
+from toolexec.layers import Attempt, Outcome
+from toolexec.payloads import (
     ARGUMENT_MARKER,
     FilePayloadStore,
     Limits,
@@ -33,11 +33,11 @@ from executor.payloads import (
     resolve_arguments,
     store_arguments,
 )
-from executor.payloads.tokens import MIN_TOKEN_BUDGET, estimate_tokens, json_bytes
-from executor.registry import Registry, ToolSpec, tool
-from executor.results import ToolResult
-from executor.runner import Runner
-from executor.settings import Settings
+from toolexec.payloads.tokens import MIN_TOKEN_BUDGET, estimate_tokens, json_bytes
+from toolexec.registry import Registry, ToolSpec, tool
+from toolexec.results import ToolResult
+from toolexec.runner import Runner
+from toolexec.settings import Settings
 
 BIG_TEXT = "".join(f"line {i}\n" for i in range(20_000))  # ~190 KB
 

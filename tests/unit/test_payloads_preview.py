@@ -6,15 +6,15 @@ from typing import Any
 
 import pytest
 
-from executor.payloads.encoding import encode
-from executor.payloads.preview import build_preview, shrink
-from executor.payloads.tokens import (
+from toolexec.payloads.encoding import encode
+from toolexec.payloads.preview import build_preview, shrink
+from toolexec.payloads.tokens import (
     BYTES_PER_TOKEN,
     MIN_TOKEN_BUDGET,
     estimate_tokens,
     json_bytes,
 )
-from executor.results import PayloadRef
+from toolexec.results import PayloadRef
 
 KEY = "0123456789abcdef" * 2  # as long as a real key (uuid4 hex)
 

@@ -18,16 +18,16 @@ import pytest
 import redis
 from payload_support import FAKE_AWS, free_port, moto_s3
 
-from executor.clock import ManualClock
-from executor.errors import (
+from toolexec.clock import ManualClock
+from toolexec.errors import (
     PayloadExpiredError,
     PayloadIntegrityError,
     PayloadMissingError,
     PayloadStoreUnavailableError,
     PayloadUnavailableError,
 )
-from executor.keys import Keys
-from executor.payloads import (
+from toolexec.keys import Keys
+from toolexec.payloads import (
     FilePayloadStore,
     Offloader,
     PayloadReader,
@@ -35,7 +35,7 @@ from executor.payloads import (
     RedisPayloadStore,
     open_store,
 )
-from executor.settings import Settings
+from toolexec.settings import Settings
 
 TTL_S = 60.0
 

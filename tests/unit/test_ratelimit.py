@@ -12,15 +12,15 @@ from dataclasses import replace
 import pytest
 import redis
 
-from executor.clock import ManualClock
-from executor.connection import fail_fast_client
-from executor.context import CallContext
-from executor.errors import ConfigurationError, ErrorType
-from executor.execution import Defer, Executor, Final
-from executor.keys import Keys
-from executor.ratelimit import RateLimiter, RateLimitLayer, RateLimitPolicy
-from executor.registry import Registry, ToolSpec, tool
-from executor.runner import Runner
+from toolexec.clock import ManualClock
+from toolexec.connection import fail_fast_client
+from toolexec.context import CallContext
+from toolexec.errors import ConfigurationError, ErrorType
+from toolexec.execution import Defer, Executor, Final
+from toolexec.keys import Keys
+from toolexec.ratelimit import RateLimiter, RateLimitLayer, RateLimitPolicy
+from toolexec.registry import Registry, ToolSpec, tool
+from toolexec.runner import Runner
 
 NAME = "search"
 #: 10 calls a second, 3 at once.

@@ -6,10 +6,10 @@ from typing import Annotated
 
 from pydantic import Field, SecretStr
 
-from executor.client import _shown
-from executor.redaction import REDACTED, Secret, redact, secret_names, shown_kwargs
-from executor.registry import Registry, tool
-from tasks.http import http_request
+from toolexec.client import _shown
+from toolexec.redaction import REDACTED, Secret, redact, secret_names, shown_kwargs
+from toolexec.registry import Registry, tool
+from toolexec.tasks.http import http_request
 
 
 def _login_schema() -> dict[str, object]:

@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 import pytest
 from pydantic import Field
 
-from executor.errors import ConfigurationError, ErrorType
-from executor.registry import Registry, ToolPolicy, ToolSpec, default_registry, tool
-from executor.retry import Jitter, RetryPolicy
+from toolexec.errors import ConfigurationError, ErrorType
+from toolexec.registry import Registry, ToolPolicy, ToolSpec, default_registry, tool
+from toolexec.retry import Jitter, RetryPolicy
 
 
 def noop() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from executor.errors import ErrorType
-from executor.results import ErrorInfo, Timings, ToolResult
+from toolexec.errors import ErrorType
+from toolexec.results import ErrorInfo, Timings, ToolResult
 
 IDS: dict[str, Any] = {"tool": "get_weather", "call_id": "c-1", "run_id": "r-1"}
 

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from executor.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
-from executor.retry import Jitter, RetryDecision, RetryPolicy, decide
+from toolexec.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
+from toolexec.retry import Jitter, RetryDecision, RetryPolicy, decide
 
 DRAWS = 2000
 NOW = 1_700_000_000.0

@@ -8,7 +8,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from executor.settings import Settings
+from toolexec.settings import Settings
 
 
 @pytest.fixture(autouse=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import redis
 
-from executor.clock import ManualClock
-from executor.keys import STATS_TTL_S, Keys
-from executor.stats import CallStats
+from toolexec.clock import ManualClock
+from toolexec.keys import STATS_TTL_S, Keys
+from toolexec.stats import CallStats
 
 START = 1_700_000_040.0  # on a minute boundary
 

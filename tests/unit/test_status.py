@@ -10,15 +10,15 @@ from kombu import Exchange, Queue
 from kombu.connection import Connection
 from prometheus_client import CollectorRegistry
 
-from executor.clock import ManualClock
-from executor.connection import fail_fast_client, redis_client
-from executor.context import CallContext
-from executor.keys import Keys
-from executor.metrics import Metrics
-from executor.observe import LEASE_GRACE_S, CallObservers
-from executor.registry import Registry, ToolSpec, tool
-from executor.stats import CallStats
-from executor.status import amqp_depths, queue_names, redis_depths
+from toolexec.clock import ManualClock
+from toolexec.connection import fail_fast_client, redis_client
+from toolexec.context import CallContext
+from toolexec.keys import Keys
+from toolexec.metrics import Metrics
+from toolexec.observe import LEASE_GRACE_S, CallObservers
+from toolexec.registry import Registry, ToolSpec, tool
+from toolexec.stats import CallStats
+from toolexec.status import amqp_depths, queue_names, redis_depths
 
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
 

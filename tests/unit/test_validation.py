@@ -12,9 +12,9 @@ import pydantic
 import pytest
 from pydantic import Field
 
-from executor.redaction import Secret, secret_names
-from executor.registry import Registry, ToolSpec, tool
-from executor.validation import describe_validation_error, validate_against_schema
+from toolexec.redaction import Secret, secret_names
+from toolexec.registry import Registry, ToolSpec, tool
+from toolexec.validation import describe_validation_error, validate_against_schema
 
 
 @pytest.fixture
