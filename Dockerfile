@@ -4,7 +4,7 @@ COPY pyproject.toml README.md ./
 COPY executor ./executor
 COPY tasks ./tasks
 COPY fallback ./fallback
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir '.[ops]'
 # Tools live in the deployer's own modules: mount them and name them in TOOLEXEC_TOOLS.
 ENV PYTHONPATH=/tools
 # Tool code runs here: not as root.

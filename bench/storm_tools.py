@@ -18,7 +18,7 @@ import httpx
 
 from toolexec import Jitter, RetryPolicy, TransientError, tool
 from toolexec.breaker import BreakerPolicy
-from toolexec.budget import RetryBudgetPolicy
+from toolexec.retry_budget import RetryBudgetPolicy
 
 #: Brooker's base and cap, in seconds.
 BASE_S = 0.005

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from toolexec.errors import ErrorType, InfrastructureError, UsageError
-from toolexec.guard import GuardedResult, RoundPlan, RunGuard, Verdict
+from toolexec.guard import GuardedResult, RoundPlan, Ruling, RunGuard
 from toolexec.results import ErrorInfo, ToolResult
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class Round:
     @property
     def ended(self) -> bool:
         """Whether the guard has ended the run: the loop should let the model answer now."""
-        return any(o.verdict in (Verdict.ABORT, Verdict.EXHAUSTED) for o in self.outcomes)
+        return any(o.ruling in (Ruling.ABORT, Ruling.EXHAUSTED) for o in self.outcomes)
 
 
 # -- reading tool calls ----------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from toolexec.breaker_cli import breakers
+from toolexec.breaker.cli import breakers
 from toolexec.errors import ToolexecError
 from toolexec.faults_cli import faults
 from toolexec.ops_cli import flower, serve_embedded

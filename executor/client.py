@@ -26,7 +26,7 @@ from toolexec import catalog as catalog_mod
 from toolexec.adapters import Format, arun_round, run_round
 from toolexec.app import create_app
 from toolexec.breaker import BreakerPolicy, CircuitBreaker
-from toolexec.breaker_layer import refusal_for
+from toolexec.breaker.gate import refusal_for
 from toolexec.clock import Clock, SystemClock
 from toolexec.connection import (
     async_redis_client,

@@ -241,7 +241,7 @@ class RetryBudgetExhaustedError(TransientError):
     """A transient failure that was not retried: the tool's retry budget is spent.
 
     Retrying was refused to protect a service that fails for many callers at
-    once (``toolexec.budget``), so the primary is as good as unavailable: a
+    once (``toolexec.retry_budget``), so the primary is as good as unavailable: a
     fallback chain treats this like ``unavailable`` or ``circuit_open``.
     ``details["last_error"]`` is the failure that was not retried.
     """

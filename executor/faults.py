@@ -50,7 +50,7 @@ from toolexec.errors import (
     UnauthorizedError,
     UnavailableError,
 )
-from toolexec.failopen import UNREACHABLE, FailOpen
+from toolexec.failopen import REDIS_ERRORS, FailOpen
 from toolexec.keys import FAULT_SEQUENCE_TTL_S, Keys
 
 if TYPE_CHECKING:  # layers imports the registry; keep this module free of that cycle
@@ -293,7 +293,7 @@ class FaultLayer:
             return None
         try:
             return config.plan(self.store.next_index(tool))
-        except UNREACHABLE as exc:
+        except REDIS_ERRORS as exc:
             self.fail_open.failed(exc, "no faults are injected meanwhile")
             return None
 
@@ -329,7 +329,7 @@ class FaultLayer:
         configs = dict(self.static)
         try:
             configs.update(self.store.all())
-        except UNREACHABLE as exc:
+        except REDIS_ERRORS as exc:
             self.fail_open.failed(exc, "the last fault configs read stay in force meanwhile")
             return self._configs
         except ConfigurationError:
@@ -347,7 +347,7 @@ class FaultLayer:
             self._checked_at = now
         try:
             waiting = self.store.count()
-        except UNREACHABLE:
+        except REDIS_ERRORS:
             return
         if waiting:
             _warn_ignored([f"{waiting} tool(s)"], "toolexec faults set")

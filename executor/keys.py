@@ -143,7 +143,7 @@ class Keys:
         return f"{self.prefix}:payload:{key}"
 
     def budget(self, name: str) -> str:
-        """Hash: one retry budget (``toolexec.budget``): calls per bucket, or tokens.
+        """Hash: one retry budget (``toolexec.retry_budget``): calls per bucket, or tokens.
 
         TTL: twice the window of a ratio budget, refreshed by every call (older
         buckets no longer count); :data:`BUDGET_IDLE_TTL_S` for a token bucket,

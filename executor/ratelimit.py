@@ -27,8 +27,9 @@ import redis
 
 from toolexec.clock import Clock, SystemClock
 from toolexec.errors import ConfigurationError, ThrottledError
-from toolexec.failopen import UNREACHABLE, FailOpen
+from toolexec.failopen import REDIS_ERRORS, FailOpen
 from toolexec.keys import Keys
+from toolexec.lua import script_source
 
 if TYPE_CHECKING:  # layers imports the registry, which imports this module
     from toolexec.layers import Attempt, Outcome, Proceed
@@ -77,26 +78,6 @@ class Slot:
         return self.reserved and self.wait <= 0
 
 
-# KEYS[1] = the limit's key. ARGV = now ('' = Redis TIME), interval, burst,
-# max_wait. A slot is reserved (the due time advanced) only if the call can
-# wait for it; the wait goes back as a '%.17g' string.
-_RESERVE = r"""
-local now
-if ARGV[1] ~= '' then now = tonumber(ARGV[1])
-else local t = redis.call('TIME'); now = tonumber(t[1]) + tonumber(t[2]) / 1000000 end
-local interval, burst, max_wait = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local due = tonumber(redis.call('GET', KEYS[1]) or '0')
-if due < now then due = now end
-local wait = due - (burst - 1) * interval - now
-if wait < 0 then wait = 0 end
-if wait > max_wait then return {0, string.format('%.17g', wait)} end
-local next_due = due + interval
-redis.call('SET', KEYS[1], string.format('%.17g', next_due),
-           'PX', math.ceil((next_due - now) * 1000) + 1000)
-return {1, string.format('%.17g', wait)}
-"""
-
-
 class RateLimiter:
     """Shared rate limits in one Redis, under one key prefix; safe to share between threads."""
 
@@ -107,7 +88,7 @@ class RateLimiter:
         self.keys = keys or Keys()
         self.clock = clock
         self.fail_open = FailOpen("shared rate limits", clock=clock)
-        self._reserve = client.register_script(_RESERVE)
+        self._reserve = client.register_script(script_source("rate_limit"))
 
     def now(self) -> float:
         return (self.clock or SystemClock()).now()
@@ -120,7 +101,7 @@ class RateLimiter:
         args: list[str | int] = [now, repr(policy.interval), policy.burst, repr(max(0.0, max_wait))]
         try:
             raw = self._reserve(keys=[self.keys.rate_limit(name)], args=args)
-        except UNREACHABLE as exc:
+        except REDIS_ERRORS as exc:
             self.fail_open.failed(exc, "calls are not rate limited meanwhile")
             return Slot(wait=0.0, reserved=True)
         return Slot(wait=float(raw[1]), reserved=bool(int(raw[0])))

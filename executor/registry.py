@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints, overload
 import pydantic
 
 from toolexec.breaker import BreakerPolicy
-from toolexec.budget import RetryBudgetPolicy
 from toolexec.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
 from toolexec.ratelimit import RateLimitPolicy
 from toolexec.retry import Jitter, RetryPolicy
+from toolexec.retry_budget import RetryBudgetPolicy
 
 if TYPE_CHECKING:
     from toolexec.fallback.steps import FallbackStep
@@ -326,7 +326,7 @@ def tool(
     ``fallbacks`` is the tool's chain (``fallback.Alternative``, ``LastGood``,
     ``Explain``), tried in order when it fails in a way the model cannot fix.
     ``retry_budget`` caps the retries of all callers together (a 10% ratio by
-    default; ``toolexec.budget``); ``rate_limit`` holds the whole fleet to a
+    default; ``toolexec.retry_budget``); ``rate_limit`` holds the whole fleet to a
     number of calls per second (``toolexec.ratelimit``; none by default).
     """
 

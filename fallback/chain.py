@@ -34,7 +34,7 @@ import pydantic
 import redis
 
 from toolexec.breaker import BreakerPolicy, CircuitBreaker
-from toolexec.breaker_layer import refusal_for
+from toolexec.breaker.gate import refusal_for
 from toolexec.clock import Clock, SystemClock
 from toolexec.connection import fail_fast_client
 from toolexec.context import CallContext

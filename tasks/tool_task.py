@@ -23,8 +23,7 @@ from celery.exceptions import Retry as CeleryRetry
 
 from toolexec.app import settings_of
 from toolexec.breaker import CircuitBreaker
-from toolexec.breaker_layer import BreakerLayer
-from toolexec.budget import RetryBudget, RetryBudgetLayer
+from toolexec.breaker.layer import BreakerLayer
 from toolexec.clock import Clock, SystemClock
 from toolexec.connection import fail_fast_client, redis_client, redis_url
 from toolexec.context import CallContext
@@ -44,6 +43,7 @@ from toolexec.redaction import secret_names, shown_kwargs
 from toolexec.registry import ToolSpec, default_registry
 from toolexec.replies import deliver
 from toolexec.results import ErrorInfo, ToolResult
+from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
 from toolexec.settings import Settings
 from toolexec.stats import CallStats
 

@@ -10,8 +10,8 @@ import httpx
 
 from toolexec import tool
 from toolexec.breaker import BreakerPolicy
-from toolexec.budget import RetryBudgetPolicy
 from toolexec.ratelimit import RateLimitPolicy
+from toolexec.retry_budget import RetryBudgetPolicy
 
 QUEUE = "storm"
 NO_BREAKER = BreakerPolicy(enabled=False)

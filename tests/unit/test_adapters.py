@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 
 from toolexec.adapters import ToolCall, parse_tool_calls
 from toolexec.errors import ErrorType, UsageError
-from toolexec.guard import GuardedResult, RunBudget, RunState, Verdict, plan_round, settle_round
+from toolexec.guard import GuardedResult, Ruling, RunBudget, RunState, plan_round, settle_round
 from toolexec.results import ToolResult
 
 NO_OPENAI = (
@@ -164,7 +164,7 @@ def play(state: RunState | None, budget: RunBudget) -> tuple[RunState, GuardedRe
     """One round of the same call, answered with the same data whenever it may run."""
     state, plan = plan_round(state, [("t", {"q": "x"})], run_id="r", budget=budget, now=0.0)
     results = [
-        ToolResult(status="ok", tool="t", call_id="c", data={"q": "x"}) if d.verdict.runs else None
+        ToolResult(status="ok", tool="t", call_id="c", data={"q": "x"}) if d.ruling.runs else None
         for d in plan.decisions
     ]
     state, out = settle_round(state, plan, results, now=0.0)
@@ -184,13 +184,13 @@ def every_verdict() -> list[GuardedResult]:
 
 
 def test_the_scripted_run_covers_every_verdict() -> None:
-    verdicts = [o.verdict for o in every_verdict()]
-    assert set(verdicts) == {
-        Verdict.RUN,
-        Verdict.NUDGE,
-        Verdict.DISABLE,
-        Verdict.ABORT,
-        Verdict.EXHAUSTED,
+    rulings = [o.ruling for o in every_verdict()]
+    assert set(rulings) == {
+        Ruling.RUN,
+        Ruling.NUDGE,
+        Ruling.DISABLE,
+        Ruling.ABORT,
+        Ruling.EXHAUSTED,
     }
 
 
@@ -201,9 +201,9 @@ def test_replies_carry_the_verdict_in_their_content_and_mark_refusals_as_errors(
         body = json.loads(message["content"])
         assert json.loads(block["content"]) == body
         assert (body.get("guard") or {}).get("verdict") == (
-            "nudge" if outcome.verdict is Verdict.NUDGE else None
+            "nudge" if outcome.ruling is Ruling.NUDGE else None
         )
-        refused = outcome.verdict in (Verdict.DISABLE, Verdict.ABORT, Verdict.EXHAUSTED)
+        refused = outcome.ruling in (Ruling.DISABLE, Ruling.ABORT, Ruling.EXHAUSTED)
         assert block.get("is_error", False) is refused
         if refused:
             assert body["error"]["type"] in {

@@ -22,7 +22,7 @@ from toolexec.breaker import (
     Transition,
     TransitionReason,
 )
-from toolexec.breaker_cli import breakers
+from toolexec.breaker.cli import breakers
 from toolexec.clock import ManualClock
 from toolexec.connection import redis_client
 from toolexec.errors import ConfigurationError, ErrorType, RedisUnavailableError, UsageError

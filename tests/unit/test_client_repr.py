@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from celery.utils.saferepr import saferepr
 
-from toolexec.client import _REPR_LIMIT, _shown
+from toolexec.redaction import REPR_LIMIT as _REPR_LIMIT
+from toolexec.redaction import shown_kwargs as _shown
 
 
 def test_small_kwargs_show_exactly_what_celerys_saferepr_would() -> None:

@@ -16,9 +16,9 @@ from toolexec.errors import ConfigurationError, ErrorType, UsageError
 from toolexec.guard import (
     GuardedResult,
     Pattern,
+    Ruling,
     RunBudget,
     RunState,
-    Verdict,
     fingerprint,
     plan_round,
     settle_round,
@@ -62,8 +62,8 @@ class Run:
         self.timeouts.append(plan.timeout)
         results = []
         for call, decision in zip(calls, plan.decisions, strict=True):
-            results.append(self.answer(*call) if decision.verdict.runs else None)
-            if decision.verdict.runs:
+            results.append(self.answer(*call) if decision.ruling.runs else None)
+            if decision.ruling.runs:
                 self.ran.append(call)
         self.state, outcomes = settle_round(self.state, plan, results, now=self.now)
         return outcomes
@@ -71,8 +71,8 @@ class Run:
     def one(self, tool: str, **arguments: Any) -> GuardedResult:
         return self.round((tool, arguments))[0]
 
-    def verdicts(self, *calls: Call) -> list[Verdict]:
-        return [o.verdict for o in self.round(*calls)]
+    def rulings(self, *calls: Call) -> list[Ruling]:
+        return [o.ruling for o in self.round(*calls)]
 
 
 def kind(outcome: GuardedResult) -> ErrorType | None:
@@ -91,12 +91,12 @@ def test_a_repeated_call_escalates_nudge_then_disable_then_abort() -> None:
     run = Run(RunBudget(repeat_threshold=3))
     seen = [run.one("search", q="weather in Oslo") for _ in range(5)]
 
-    assert [o.verdict for o in seen] == [
-        Verdict.RUN,
-        Verdict.RUN,
-        Verdict.NUDGE,
-        Verdict.DISABLE,
-        Verdict.ABORT,
+    assert [o.ruling for o in seen] == [
+        Ruling.RUN,
+        Ruling.RUN,
+        Ruling.NUDGE,
+        Ruling.DISABLE,
+        Ruling.ABORT,
     ]
     assert [kind(o) for o in seen] == [
         None,
@@ -142,11 +142,11 @@ def test_a_disabled_tool_is_refused_next_round_whatever_its_arguments_then_allow
     for _ in range(4):
         run.one("search", q="x")  # the 4th call disables search
 
-    assert run.verdicts(("search", {"q": "other"}), ("lookup", {"id": 1})) == [
-        Verdict.DISABLE,
-        Verdict.RUN,
+    assert run.rulings(("search", {"q": "other"}), ("lookup", {"id": 1})) == [
+        Ruling.DISABLE,
+        Ruling.RUN,
     ]
-    assert run.verdicts(("search", {"q": "third"})) == [Verdict.RUN]
+    assert run.rulings(("search", {"q": "third"})) == [Ruling.RUN]
 
 
 def test_the_abort_summary_names_completed_calls_the_stuck_point_and_last_results() -> None:
@@ -188,18 +188,18 @@ def test_arguments_that_differ_only_in_key_order_and_float_noise_are_the_same_ca
     run.one("search", q="x", limit=0.1, path="./data/a.csv")
     run.round(("search", {"path": "data//a.csv", "limit": 0.1000000000000001, "q": "x"}))
 
-    assert run.one("search", limit=0.1, q="x", path="data/a.csv").verdict is Verdict.NUDGE
+    assert run.one("search", limit=0.1, q="x", path="data/a.csv").ruling is Ruling.NUDGE
 
 
 def test_a_key_climbs_at_most_one_rung_per_round() -> None:
     """Five identical calls in one response are one mistake, not an abort."""
     run = Run()
-    assert run.verdicts(*[("search", {"q": "x"})] * 5) == [
-        Verdict.RUN,
-        Verdict.RUN,
-        Verdict.NUDGE,
-        Verdict.NUDGE,
-        Verdict.NUDGE,
+    assert run.rulings(*[("search", {"q": "x"})] * 5) == [
+        Ruling.RUN,
+        Ruling.RUN,
+        Ruling.NUDGE,
+        Ruling.NUDGE,
+        Ruling.NUDGE,
     ]
 
 
@@ -221,13 +221,13 @@ def test_an_a_b_a_b_cycle_is_detected_and_climbs_the_ladder() -> None:
     a, b = ("search", {"q": "x"}), ("lookup", {"id": 1})
     outcomes = [run.round(call)[0] for call in (a, b, a, b, a, b)]
 
-    assert [o.verdict for o in outcomes] == [
-        Verdict.RUN,
-        Verdict.RUN,
-        Verdict.RUN,
-        Verdict.NUDGE,
-        Verdict.DISABLE,
-        Verdict.ABORT,
+    assert [o.ruling for o in outcomes] == [
+        Ruling.RUN,
+        Ruling.RUN,
+        Ruling.RUN,
+        Ruling.NUDGE,
+        Ruling.DISABLE,
+        Ruling.ABORT,
     ]
     assert outcomes[3].note is not None and outcomes[3].note["pattern"] == "cycle"
     assert "search → lookup" in outcomes[3].note["hint"]
@@ -239,16 +239,16 @@ def test_an_a_b_a_b_cycle_is_detected_and_climbs_the_ladder() -> None:
 def test_a_three_call_cycle_is_detected() -> None:
     run = Run(RunBudget(repeat_threshold=5))
     calls = [("search", {"q": "x"}), ("lookup", {"id": 1}), ("pause", {"seconds": 0})] * 2
-    verdicts = [run.round(call)[0].verdict for call in calls]
-    assert verdicts == [Verdict.RUN] * 5 + [Verdict.NUDGE]
+    rulings = [run.round(call)[0].ruling for call in calls]
+    assert rulings == [Ruling.RUN] * 5 + [Ruling.NUDGE]
 
 
 def test_parallel_calls_in_a_cycle_are_detected_across_rounds() -> None:
     run = Run(RunBudget(repeat_threshold=5))
     pair = (("search", {"q": "x"}), ("lookup", {"id": 1}))
-    assert run.verdicts(*pair) == [Verdict.RUN, Verdict.RUN]
-    assert run.verdicts(*pair) == [Verdict.RUN, Verdict.NUDGE]
-    assert run.verdicts(*pair) == [Verdict.DISABLE, Verdict.DISABLE]
+    assert run.rulings(*pair) == [Ruling.RUN, Ruling.RUN]
+    assert run.rulings(*pair) == [Ruling.RUN, Ruling.NUDGE]
+    assert run.rulings(*pair) == [Ruling.DISABLE, Ruling.DISABLE]
 
 
 def test_alternating_calls_that_make_progress_are_not_escalated() -> None:
@@ -256,8 +256,8 @@ def test_alternating_calls_that_make_progress_are_not_escalated() -> None:
     counter = iter(range(1000))
     run = Run(RunBudget(repeat_threshold=5), answer=lambda t, a: ok(t, next(counter)))
     a, b = ("search", {"q": "x"}), ("lookup", {"id": 1})
-    verdicts = [run.round(call)[0].verdict for call in (a, b) * 6]
-    assert Verdict.DISABLE not in verdicts and Verdict.ABORT not in verdicts
+    rulings = [run.round(call)[0].ruling for call in (a, b) * 6]
+    assert Ruling.DISABLE not in rulings and Ruling.ABORT not in rulings
 
 
 # -- progress -----------------------------------------------------------------------
@@ -269,7 +269,7 @@ def test_a_round_with_progress_resets_the_ladder_for_the_repeated_key() -> None:
         run.one("search", q="x")  # the third is nudged
     run.one("lookup", id=42)  # a new result: progress
 
-    assert run.one("search", q="x").verdict is Verdict.NUDGE, "back to the first rung"
+    assert run.one("search", q="x").ruling is Ruling.NUDGE, "back to the first rung"
 
 
 def test_without_progress_the_ladder_keeps_climbing() -> None:
@@ -279,14 +279,14 @@ def test_without_progress_the_ladder_keeps_climbing() -> None:
         run.one("search", q="x")
     run.one("lookup", id=42)  # an answer the run has seen before: no progress
 
-    assert run.one("search", q="x").verdict is Verdict.DISABLE
+    assert run.one("search", q="x").ruling is Ruling.DISABLE
 
 
 def test_a_poll_whose_answer_changes_is_nudged_but_never_disabled() -> None:
     status = iter(["queued", "running 10%", "running 40%", "running 80%", "writing", "done"])
     run = Run(answer=lambda t, a: ok(t, next(status)))
-    verdicts = [run.one("search", job=1).verdict for _ in range(6)]
-    assert verdicts == [Verdict.RUN, Verdict.RUN] + [Verdict.NUDGE] * 4
+    rulings = [run.one("search", job=1).ruling for _ in range(6)]
+    assert rulings == [Ruling.RUN, Ruling.RUN] + [Ruling.NUDGE] * 4
 
 
 def test_same_results_for_consecutive_rounds_is_no_progress_and_escalates() -> None:
@@ -294,18 +294,18 @@ def test_same_results_for_consecutive_rounds_is_no_progress_and_escalates() -> N
     run = Run(RunBudget(no_progress_rounds=3), answer=lambda t, a: ok(t, []))
     outcomes = [run.one("search", q=f"query {i}") for i in range(4)]
 
-    assert [o.verdict for o in outcomes] == [
-        Verdict.RUN,
-        Verdict.RUN,
-        Verdict.NUDGE,
-        Verdict.DISABLE,
+    assert [o.ruling for o in outcomes] == [
+        Ruling.RUN,
+        Ruling.RUN,
+        Ruling.NUDGE,
+        Ruling.DISABLE,
     ]
     assert outcomes[2].note is not None and outcomes[2].note["pattern"] == "no_progress"
     assert "not making progress" in outcomes[2].note["hint"]
     assert details(outcomes[3])["previous_result"] == {"status": "ok", "data": []}
-    assert run.one("search", q="query 5").verdict is Verdict.DISABLE  # refused next round
+    assert run.one("search", q="query 5").ruling is Ruling.DISABLE  # refused next round
     final = run.one("search", q="query 6")
-    assert final.verdict is Verdict.ABORT
+    assert final.ruling is Ruling.ABORT
     assert details(final)["summary"]["stuck_on"]["pattern"] == Pattern.NO_PROGRESS
 
 
@@ -333,7 +333,7 @@ def test_max_steps_stops_the_run_when_the_next_round_begins() -> None:
     spent = run.round(("search", {"q": "c"}), ("lookup", {"id": 1}))
 
     assert [kind(o) for o in spent] == [ErrorType.RUN_BUDGET_EXHAUSTED] * 2
-    assert [o.verdict for o in spent] == [Verdict.EXHAUSTED] * 2
+    assert [o.ruling for o in spent] == [Ruling.EXHAUSTED] * 2
     assert details(spent[0])["budget"] == "max_steps"
     assert details(spent[0])["used"] == 2 and details(spent[0])["limit"] == 2
     assert "2 of 2 steps used" in spent[0].result.error.message  # type: ignore[union-attr]
@@ -360,10 +360,10 @@ def test_consecutive_failures_stop_the_run_and_a_success_resets_the_count() -> N
         RunBudget(max_consecutive_failures=3, max_tool_errors=None),
         answer=lambda t, a: ok(t, a) if next(outcomes) else failed(t),
     )
-    verdicts = [run.one("search", q=i).verdict for i in range(7)]
+    rulings = [run.one("search", q=i).ruling for i in range(7)]
 
-    assert Verdict.EXHAUSTED not in verdicts[:6]
-    assert verdicts[6] is Verdict.EXHAUSTED
+    assert Ruling.EXHAUSTED not in rulings[:6]
+    assert rulings[6] is Ruling.EXHAUSTED
 
 
 def test_total_tool_errors_stop_the_run() -> None:
@@ -372,9 +372,9 @@ def test_total_tool_errors_stop_the_run() -> None:
         RunBudget(max_tool_errors=3, max_consecutive_failures=None),
         answer=lambda t, a: failed(t) if next(flip) % 2 else ok(t, a),
     )
-    verdicts = [run.one("search", q=i).verdict for i in range(7)]
+    rulings = [run.one("search", q=i).ruling for i in range(7)]
 
-    assert verdicts == [Verdict.RUN] * 6 + [Verdict.EXHAUSTED]
+    assert rulings == [Ruling.RUN] * 6 + [Ruling.EXHAUSTED]
 
 
 def test_reported_tokens_count_against_the_token_budget() -> None:

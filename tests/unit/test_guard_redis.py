@@ -14,7 +14,7 @@ import redis
 from toolexec.clock import ManualClock
 from toolexec.connection import redis_client
 from toolexec.errors import ErrorType, RedisUnavailableError
-from toolexec.guard import GuardedResult, RunBudget, RunGuard, Verdict
+from toolexec.guard import GuardedResult, Ruling, RunBudget, RunGuard
 from toolexec.keys import RUN_IDLE_TTL_S, Keys
 from toolexec.results import ToolResult
 
@@ -24,7 +24,7 @@ def play(guard: RunGuard, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[G
     plan = guard.begin_round(calls, alternatives=["search", "lookup"])
     results = [
         ToolResult(status="ok", tool=tool, call_id=uuid.uuid4().hex, data=args)
-        if decision.verdict.runs
+        if decision.ruling.runs
         else None
         for (tool, args), decision in zip(calls, plan.decisions, strict=True)
     ]
@@ -42,18 +42,18 @@ def test_a_new_guard_in_a_new_connection_continues_the_run_where_the_last_one_st
         keys=keys,
         clock=clock,
     )
-    assert [play(first, [("search", {"q": "x"})])[0].verdict for _ in range(2)] == [
-        Verdict.RUN,
-        Verdict.NUDGE,
+    assert [play(first, [("search", {"q": "x"})])[0].ruling for _ in range(2)] == [
+        Ruling.RUN,
+        Ruling.NUDGE,
     ]
     first.redis.close()
 
     second = RunGuard("run-a", redis=redis_client(redis_url), keys=keys, clock=clock)
     refused = play(second, [("search", {"q": "x"})])[0]
 
-    assert refused.verdict is Verdict.DISABLE, "the stored budget (threshold 2) was adopted"
+    assert refused.ruling is Ruling.DISABLE, "the stored budget (threshold 2) was adopted"
     assert second.view().budget.repeat_threshold == 2
-    assert play(second, [("search", {"q": "x"})])[0].verdict is Verdict.ABORT
+    assert play(second, [("search", {"q": "x"})])[0].ruling is Ruling.ABORT
     second.redis.close()
 
 
@@ -63,11 +63,11 @@ def test_a_guard_given_a_budget_replaces_the_stored_one(
     """An operator can extend a run that hit its step limit."""
     tight = RunGuard("run-b", RunBudget(max_steps=1), redis=rdb, keys=keys, clock=clock)
     play(tight, [("search", {"q": "a"})])
-    assert play(tight, [("search", {"q": "b"})])[0].verdict is Verdict.EXHAUSTED
+    assert play(tight, [("search", {"q": "b"})])[0].ruling is Ruling.EXHAUSTED
 
     tight.forget()
     wider = RunGuard("run-b", RunBudget(max_steps=5), redis=rdb, keys=keys, clock=clock)
-    assert play(wider, [("search", {"q": "b"})])[0].verdict is Verdict.RUN
+    assert play(wider, [("search", {"q": "b"})])[0].ruling is Ruling.RUN
 
 
 def test_the_view_reports_counts_elapsed_and_remaining_time(

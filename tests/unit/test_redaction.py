@@ -6,8 +6,8 @@ from typing import Annotated
 
 from pydantic import Field, SecretStr
 
-from toolexec.client import _shown
 from toolexec.redaction import REDACTED, Secret, redact, secret_names, shown_kwargs
+from toolexec.redaction import shown_kwargs as _shown
 from toolexec.registry import Registry, tool
 from toolexec.tasks.http import http_request
 

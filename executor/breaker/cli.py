@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 import click
 
-from toolexec.breaker import BreakerView, CircuitBreaker
+from toolexec.breaker.store import CircuitBreaker
+from toolexec.breaker.views import BreakerView
 from toolexec.errors import ToolexecError
 
 __all__ = ["breakers"]

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import redis
 
-from toolexec.budget import RetryBudget, RetryBudgetLayer, RetryBudgetPolicy
 from toolexec.clock import ManualClock
 from toolexec.connection import redis_client
 from toolexec.context import CallContext
@@ -23,6 +22,7 @@ from toolexec.errors import ErrorType, NotFoundError, UnavailableError
 from toolexec.execution import Executor, Final, Retry, Verdict
 from toolexec.keys import Keys
 from toolexec.registry import Registry, ToolSpec, tool
+from toolexec.retry_budget import RetryBudget, RetryBudgetLayer, RetryBudgetPolicy
 from toolexec.runner import Runner
 
 #: One retry per window whatever the traffic, then 10% of the calls.

@@ -36,13 +36,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import redis
 
+from toolexec.breaker.policy import breaker_name, counts_as_failure
 from toolexec.clock import Clock
-from toolexec.errors import TRANSIENT_TYPES, ConfigurationError, RetryBudgetExhaustedError
-from toolexec.failopen import UNREACHABLE, FailOpen
+from toolexec.errors import ConfigurationError, RetryBudgetExhaustedError, ToolException
+from toolexec.failopen import REDIS_ERRORS, FailOpen
 from toolexec.keys import BUDGET_IDLE_TTL_S, Keys
+from toolexec.lua import script_source
 
 if TYPE_CHECKING:  # the layer protocol's types; layers imports the registry, which imports us
-    from toolexec.errors import ToolException
     from toolexec.layers import Attempt, Outcome, Proceed
 
 __all__ = ["BudgetView", "RetryBudget", "RetryBudgetLayer", "RetryBudgetPolicy", "budget_name"]
@@ -135,85 +136,8 @@ class BudgetView:
         )
 
 
-# --- Lua --------------------------------------------------------------------
-# KEYS[1] = the budget's hash. ARGV[1] = now ('' = Redis TIME), ARGV[2] = the
-# operation. Numbers go back as '%.17g' strings (Redis truncates Lua numbers).
-
-_PRELUDE = r"""
-local KEY = KEYS[1]
-local function fmt(x) return string.format('%.17g', x) end
-local function clock(arg)
-  if arg ~= '' then return tonumber(arg) end
-  local t = redis.call('TIME')
-  return tonumber(t[1]) + tonumber(t[2]) / 1000000
-end
-"""
-
-# KEYS[2] = the budget's retries. ARGV[3..6] = window_s, ratio, min_retries,
-# buckets. Calls are counted per bucket in the hash ('c:<bucket>'), buckets
-# older than the window deleted here, so the hash holds at most buckets + 1
-# fields; the window then reaches back between 9/10 and all of window_s, which
-# can only undercount calls. Retries are members of a sorted set scored by
-# their time, so each leaves the window exactly window_s after it was made:
-# the retries of any window_s never exceed the allowance.
-_RATIO = r"""
-local RETRIES = KEYS[2]
-local now, op = clock(ARGV[1]), ARGV[2]
-local window, ratio, floor_, buckets =
-  tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local current = math.floor(now * buckets / window)
-local oldest = current - buckets + 1
-local raw = redis.call('HGETALL', KEY)
-local calls, stale = 0, {}
-for i = 1, #raw, 2 do
-  local field = raw[i]
-  local index = tonumber(string.sub(field, 3))
-  if string.sub(field, 1, 2) == 'c:' and index ~= nil and index >= oldest then
-    calls = calls + tonumber(raw[i + 1])
-  elseif field ~= 'seq' then table.insert(stale, field) end
-end
-if #stale > 0 then redis.call('HDEL', KEY, unpack(stale)) end
-if op == 'call' then
-  redis.call('HINCRBY', KEY, 'c:' .. string.format('%d', current), 1)
-  calls = calls + 1
-end
-redis.call('ZREMRANGEBYSCORE', RETRIES, '-inf', fmt(now - window))
-local retries = redis.call('ZCARD', RETRIES)
-local allowance = math.max(floor_, ratio * calls)
-local allowed = retries + 1 <= allowance
-if op == 'spend' and allowed then
-  redis.call('ZADD', RETRIES, fmt(now), redis.call('HINCRBY', KEY, 'seq', 1))
-  retries = retries + 1
-end
-if op ~= 'peek' then
-  redis.call('PEXPIRE', KEY, math.ceil(window * 2000))
-  redis.call('PEXPIRE', RETRIES, math.ceil(window * 2000))
-end
-return {allowed and 1 or 0, fmt(calls), fmt(retries), fmt(allowance)}
-"""
-
-# ARGV[3..5] = max_tokens, token_ratio, idle TTL (s). A bucket nobody touched
-# for the idle TTL expires and starts full again.
-_TOKENS = r"""
-local op = ARGV[2]
-local most, refund, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local tokens = tonumber(redis.call('HGET', KEY, 'tokens') or most)
-if op == 'fail' then tokens = math.max(0, tokens - 1)
-elseif op == 'succeed' then tokens = math.min(most, tokens + refund) end
-if op == 'fail' or op == 'succeed' then
-  redis.call('HSET', KEY, 'tokens', fmt(tokens))
-  redis.call('EXPIRE', KEY, ttl)
-end
-return {tokens > most / 2 and 1 or 0, fmt(tokens)}
-"""
-
-
 def budget_name(tool: str, policy: RetryBudgetPolicy, arguments: Mapping[str, Any]) -> str:
     """``tool``, or ``tool@host`` for a budget kept per downstream host."""
-    # Imported here: breaker_layer imports the layers, which import the registry,
-    # which imports this module for RetryBudgetPolicy.
-    from toolexec.breaker_layer import breaker_name
-
     return breaker_name(tool, policy.key_argument, arguments)
 
 
@@ -233,8 +157,8 @@ class RetryBudget:
         self.clock = clock
         self.idle_ttl_s = idle_ttl_s
         self.fail_open = FailOpen("retry budgets", clock=clock)
-        self._ratio = client.register_script(_PRELUDE + _RATIO)
-        self._tokens = client.register_script(_PRELUDE + _TOKENS)
+        self._ratio = client.register_script(script_source("budget_ratio"))
+        self._tokens = client.register_script(script_source("budget_tokens"))
 
     def record(
         self, name: str, policy: RetryBudgetPolicy, *, first_attempt: bool, failed: bool
@@ -279,18 +203,13 @@ class RetryBudget:
             return BudgetView(
                 name=name, kind="tokens", allowed=bool(int(raw[0])), tokens=float(raw[1])
             )
-        except UNREACHABLE as exc:
+        except REDIS_ERRORS as exc:
             self.fail_open.failed(exc, "retries follow the retry policy alone meanwhile")
             return blind
 
     def reset(self, name: str) -> None:
         """Forget a budget's history (tests, and an operator after an incident)."""
         self.redis.delete(self.keys.budget(name), self.keys.budget_retries(name))
-
-
-def counts_against_budget(failure: ToolException | None) -> bool:
-    """A transient failure says the service struggles; a 404 or a 400 says it answered."""
-    return failure is not None and failure.error_type in TRANSIENT_TYPES
 
 
 class RetryBudgetLayer:
@@ -313,7 +232,7 @@ class RetryBudgetLayer:
                 budget_name(attempt.tool, policy, attempt.arguments),
                 policy,
                 first_attempt=attempt.number == 1,
-                failed=counts_against_budget(outcome.failure),
+                failed=counts_as_failure(outcome.failure),
             )
         return outcome
 

@@ -1,0 +1,5 @@
+-- ARGV: now, K ('' = unknown)
+local now = clock(ARGV[1])
+local b = load()
+local v, wait = verdict(b, now, opt(ARGV[2]))
+return reply(b, now, v, '', wait)

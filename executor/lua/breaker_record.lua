@@ -1,0 +1,56 @@
+-- ARGV: now, failed, slow, retry_after, generation, permit, N, rate, window, min_calls,
+--       open_s, M, idle_ttl   (N and rate: 0 = off; retry_after, generation: '' = none)
+local now = clock(ARGV[1])
+local failed, slow = ARGV[2] == '1', ARGV[3] == '1'
+local ra, gen, permit = opt(ARGV[4]), opt(ARGV[5]), ARGV[6]
+local n, rate, size, min_calls = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]),
+  tonumber(ARGV[10])
+local open_s, m, idle = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
+local bad = failed or slow
+local b = load()
+local until_ = now + open_s
+if bad and ra then until_ = math.max(until_, now + ra) end
+if permit ~= '' then redis.call('ZREM', PROBES, permit) end
+
+local function on_closed()
+  local mark = '0'
+  if failed then mark = '1' elseif slow then mark = '2' end
+  b.window = string.sub(b.window .. mark, -size)
+  if bad then
+    b.consecutive = b.consecutive + 1
+    if ra then b.not_before = math.max(b.not_before, now + ra) end
+  else
+    b.consecutive, b.not_before = 0, 0
+  end
+  local calls = #b.window
+  local _, failures = string.gsub(b.window, '[12]', '')
+  if n > 0 and b.consecutive >= n then
+    open(b, now, math.max(until_, b.not_before), 'consecutive_failures')
+  elseif rate > 0 and calls >= min_calls and failures / calls >= rate then
+    open(b, now, math.max(until_, b.not_before), 'failure_rate')
+  end
+end
+
+local function on_probe()
+  if bad then
+    open(b, now, until_, 'probe_failed')
+  else
+    b.probe_ok = b.probe_ok + 1
+    if b.probe_ok >= m then close(b, now, 'probes_succeeded') end
+  end
+end
+
+local stale = (gen ~= nil and gen ~= b.gen) or (b.state == 'half_open' and permit == '')
+local dirty = true
+if b.state == 'open' then
+  dirty = bad and ra ~= nil and b.isolated ~= '1' and now + ra > b.open_until
+  if dirty then b.open_until = now + ra end
+elseif stale then
+  dirty = false
+elseif b.state == 'closed' then
+  on_closed()
+else
+  on_probe()
+end
+if dirty then save(b, now, idle) end
+return view(b, now)

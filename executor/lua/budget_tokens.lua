@@ -1,0 +1,15 @@
+-- A token-bucket retry budget (gRPC retry throttling). KEYS[1] = the budget's hash.
+-- ARGV = now (unused), operation (fail | succeed | spend | peek), max_tokens,
+-- token_ratio, idle TTL (s). A bucket nobody touched for the idle TTL expires and
+-- starts full again.
+local KEY = KEYS[1]
+local op = ARGV[2]
+local most, refund, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local tokens = tonumber(redis.call('HGET', KEY, 'tokens') or most)
+if op == 'fail' then tokens = math.max(0, tokens - 1)
+elseif op == 'succeed' then tokens = math.min(most, tokens + refund) end
+if op == 'fail' or op == 'succeed' then
+  redis.call('HSET', KEY, 'tokens', fmt(tokens))
+  redis.call('EXPIRE', KEY, ttl)
+end
+return {tokens > most / 2 and 1 or 0, fmt(tokens)}
