@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,e2e]'
+	$(BIN)/pip install --quiet -e '.[ops,dev,e2e]'
 	touch $(STAMP)
 
 demo: $(STAMP)

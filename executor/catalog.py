@@ -8,16 +8,54 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast
 
 import redis
 
 from toolexec.keys import Keys
-from toolexec.registry import ToolSpec
 
-__all__ = ["Catalog", "publish", "read", "to_definitions", "workers_seen"]
+if TYPE_CHECKING:  # only publish's signature: a client reads the catalog without tool code
+    from toolexec.registry import ToolSpec
 
-Catalog = dict[str, dict[str, Any]]
+__all__ = [
+    "Catalog",
+    "CatalogEntry",
+    "CatalogPolicy",
+    "publish",
+    "read",
+    "to_definitions",
+    "workers_seen",
+]
+
+
+class CatalogPolicy(TypedDict):
+    """The part of a tool's policy a client acts on; workers publish the whole policy.
+
+    Keys a client may meet missing were added after the first release: a worker
+    that predates them publishes without them.
+    """
+
+    queue: str
+    breaker: NotRequired[dict[str, Any]]
+    breaker_key: NotRequired[str | None]
+    fallbacks: NotRequired[list[Any]]
+
+
+class CatalogEntry(TypedDict):
+    """One published tool: what a client validates, routes and describes a call with.
+
+    JSON in Redis (a worker of another version may have written it), so a
+    TypedDict over the parsed document rather than a class that would copy it.
+    """
+
+    name: str
+    task: str
+    description: str
+    parameters: dict[str, Any]
+    policy: CatalogPolicy
+
+
+Catalog = dict[str, CatalogEntry]
 
 
 def publish(
@@ -41,8 +79,9 @@ def publish(
 
 
 def read(client: redis.Redis, keys: Keys) -> Catalog:
+    """Every tool the workers have published, by name."""
     raw: dict[str, str] = client.hgetall(keys.catalog())  # type: ignore[assignment]
-    return {name: json.loads(entry) for name, entry in raw.items()}
+    return {name: cast(CatalogEntry, json.loads(entry)) for name, entry in raw.items()}
 
 
 def workers_seen(client: redis.Redis, keys: Keys, since: float) -> list[str]:

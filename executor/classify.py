@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import math
+import sys
 from collections.abc import Mapping
 
-import httpx
 import pydantic
 
 from toolexec.errors import (
@@ -111,27 +111,53 @@ def classify_response(
     return kind(message, suggestion=_SUGGESTIONS[kind], details=details)
 
 
+def _timed_out(exc: BaseException) -> ToolTimeoutError:
+    return ToolTimeoutError(
+        f"the tool timed out: {type(exc).__name__}: {exc}".rstrip(": "),
+        suggestion="The service was too slow; try again later or narrow the request.",
+    )
+
+
+def _unreachable(exc: BaseException) -> ToolConnectionError:
+    return ToolConnectionError(
+        f"could not reach the service: {type(exc).__name__}: {exc}",
+        suggestion="The service is unreachable; try again later or use another source.",
+    )
+
+
+def _classify_httpx(exc: BaseException, now: float) -> ToolException | None:
+    """httpx's own exceptions, or None.
+
+    httpx is looked up, not imported: a tool that raised one of its exceptions
+    has imported it, and a process that only calls tools must not pay for it
+    (importing httpx imports its command line's click and rich when installed).
+    """
+    httpx = sys.modules.get("httpx")
+    if httpx is None:
+        return None
+    if isinstance(exc, httpx.HTTPStatusError):
+        response = exc.response
+        return classify_response(
+            response.status_code, response.headers, response.text, str(exc.request.url), now
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        return _timed_out(exc)
+    if isinstance(exc, httpx.TransportError):
+        return _unreachable(exc)
+    return None
+
+
 def classify_exception(exc: BaseException, now: float) -> ToolException:
     """The classified failure for an exception raised by a tool."""
     if isinstance(exc, ToolException):
         return exc
-    if isinstance(exc, httpx.HTTPStatusError):
-        response = exc.response
-        found = classify_response(
-            response.status_code, response.headers, response.text, str(exc.request.url), now
-        )
-        if found is not None:
-            return found
-    if isinstance(exc, httpx.TimeoutException | TimeoutError | asyncio.TimeoutError):
-        return ToolTimeoutError(
-            f"the tool timed out: {type(exc).__name__}: {exc}".rstrip(": "),
-            suggestion="The service was too slow; try again later or narrow the request.",
-        )
-    if isinstance(exc, httpx.TransportError | ConnectionError):
-        return ToolConnectionError(
-            f"could not reach the service: {type(exc).__name__}: {exc}",
-            suggestion="The service is unreachable; try again later or use another source.",
-        )
+    found = _classify_httpx(exc, now)
+    if found is not None:
+        return found
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return _timed_out(exc)
+    if isinstance(exc, ConnectionError):
+        return _unreachable(exc)
     if isinstance(exc, pydantic.ValidationError):
         return InvalidArgumentsError(
             describe_validation_error(exc),

@@ -11,11 +11,11 @@ without a worker.
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-import httpx
 import pydantic
 import pydantic_core
 from pydantic_core import to_jsonable_python
@@ -353,7 +353,8 @@ def _throttled(failure: ThrottledError, ctx: CallContext, attempt: int, now: flo
 
 def _jsonable(value: Any, now: float) -> Any:
     """What a tool returned, as JSON; an httpx response is classified first."""
-    if isinstance(value, httpx.Response):
+    httpx = sys.modules.get("httpx")  # not imported here: see classify._classify_httpx
+    if httpx is not None and isinstance(value, httpx.Response):
         failure = classify_response(
             value.status_code, value.headers, value.text, str(value.request.url), now
         )

@@ -10,10 +10,14 @@ import pytest
 
 import toolexec
 
+#: Every module under toolexec's own folder, subpackages' modules included.
 SUBMODULES = sorted(
-    f"toolexec.{info.name}"
-    for info in pkgutil.iter_modules(toolexec.__path__)
-    if info.name != "__main__"  # importing it runs the CLI
+    info.name for info in pkgutil.walk_packages(toolexec.__path__, prefix="toolexec.")
+)
+SUBPACKAGES = sorted(
+    info.name
+    for info in pkgutil.walk_packages(toolexec.__path__, prefix="toolexec.")
+    if info.ispkg
 )
 
 
@@ -57,3 +61,24 @@ def test_each_submodule_declares_all_and_every_name_in_it_exists(module_name: st
     declared = getattr(module, "__all__", None)
     assert declared is not None, f"{module_name} has no __all__"
     assert [name for name in declared if not hasattr(module, name)] == []
+
+
+@pytest.mark.parametrize("package_name", SUBPACKAGES)
+def test_a_subpackage_init_only_re_exports_its_own_modules(package_name: str) -> None:
+    """An __init__ defines nothing: each name comes from a module of the package."""
+    package = importlib.import_module(package_name)
+    exported = package.__all__
+    assert exported == sorted(set(exported))
+    public = {
+        name
+        for name, value in vars(package).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+    assert public == set(exported)
+    modules = [
+        importlib.import_module(m) for m in SUBMODULES if m.startswith(package_name + ".")
+    ]
+    for name in exported:
+        value = getattr(package, name)
+        homes = [m for m in modules if name in m.__all__ and getattr(m, name) is value]
+        assert homes, f"{package_name}.{name} is not a public name of one of its modules"

@@ -1,0 +1,293 @@
+"""The agent-side SDK: call tools by name, get a :class:`ToolResult` back.
+
+The client needs no tool code. It validates arguments against the catalog the
+workers publish, routes each call to its tool's queue, and waits on a reply
+list until the call's deadline. It raises only when it is misused or when
+Redis or the broker cannot be reached; a tool's failure is a result.
+
+This class only wires the pieces together: ``catalog_cache``, ``prepare``
+(checks before queueing), ``publish``, ``waiting`` (replies and deadlines) and
+``payloads`` (large values). Celery is imported when a client is built, not
+when ``toolexec`` is, so a process that only declares tools stays light.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from toolexec import catalog
+from toolexec.adapters import Format, arun_round, run_round
+from toolexec.breaker import CircuitBreaker
+from toolexec.client.catalog_cache import CatalogCache
+from toolexec.client.payloads import ClientPayloads
+from toolexec.client.prepare import CallPreparer, CallSpec, PreparedCall
+from toolexec.client.publish import publish
+from toolexec.client.waiting import ReplyWaiter
+from toolexec.clock import Clock, SystemClock
+from toolexec.connection import fail_fast_client, redis_client, redis_url
+from toolexec.guard import RunBudget, RunGuard
+from toolexec.keys import Keys
+from toolexec.payloads import PayloadPage
+from toolexec.results import PayloadRef, ToolResult
+from toolexec.settings import Settings
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+__all__ = ["CallHandle", "ToolClient"]
+
+
+class CallHandle:
+    """A submitted call; :meth:`result` waits for it, at most until its deadline."""
+
+    def __init__(self, waiter: ReplyWaiter, prepared: PreparedCall) -> None:
+        self._waiter = waiter
+        self._prepared = prepared
+        self._result = prepared.early
+        self._lock = threading.Lock()
+
+    @property
+    def call_id(self) -> str:
+        return self._prepared.ctx.call_id
+
+    def result(self, timeout: float | None = None) -> ToolResult:
+        """The call's result; past ``timeout`` (or the deadline) a ``deadline_exceeded`` one."""
+        with self._lock:
+            if self._result is None:
+                self._result = self._waiter.collect([self._prepared], timeout)[0]
+            return self._result
+
+
+class ToolClient:
+    """Calls tools through toolexec's workers."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        celery_app: Celery | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings or Settings.from_env()
+        self._url = redis_url(self.settings)
+        self.redis = redis_client(self._url)
+        self.keys = Keys(self.settings.key_prefix)
+        self.app = celery_app or _create_app(self.settings)
+        self.clock = clock or SystemClock()
+        self.breakers = CircuitBreaker(
+            fail_fast_client(self._url),
+            self.keys,
+            on_redis_error=self.settings.breaker_on_redis_error,
+        )
+        self.catalog_cache = CatalogCache(
+            self.redis, self.keys, self._url, self.settings.catalog_cache_s
+        )
+        self.payloads = ClientPayloads(self.settings, self._url, self.clock)
+        self.preparer = CallPreparer(
+            self.settings, self.clock, self.catalog_cache, self.breakers, self.payloads
+        )
+        self.waiter = ReplyWaiter(
+            self.redis,
+            self._url,
+            self.keys,
+            self.settings.reply_grace,
+            self.clock,
+            self.load_payload,
+        )
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> ToolClient:
+        """A client for the ``TOOLEXEC_*`` settings of this environment."""
+        return cls(Settings.from_env(**overrides))
+
+    def close(self) -> None:
+        self.redis.close()
+        self.breakers.redis.close()
+
+    def __enter__(self) -> ToolClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- the catalog -------------------------------------------------------
+
+    def catalog(self, refresh: bool = False) -> catalog.Catalog:
+        """Every tool the workers have published: description, schema, policy."""
+        return self.catalog_cache.get(refresh)
+
+    def tool_definitions(
+        self, format: Literal["openai", "anthropic"] = "openai"
+    ) -> list[dict[str, Any]]:
+        """The tools as an OpenAI ``tools=`` list or Anthropic ``tools=`` list."""
+        return catalog.to_definitions(self.catalog(), format)
+
+    # -- calling -----------------------------------------------------------
+
+    def call(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | str | None = None,
+        *,
+        run_id: str | None = None,
+        timeout: float | None = None,
+        call_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> ToolResult:
+        """Run ``tool`` and wait for its result, at most ``timeout`` seconds.
+
+        ``idempotency_key`` makes the call run at most once per key: a repeat
+        with the same key joins the call in flight or gets its stored result
+        (``replayed: true``); other arguments under the same key are refused
+        with ``idempotency_mismatch``. Tools with ``side_effects=True`` derive a
+        key from the run id, the tool and the arguments when none is given.
+        """
+        return self.submit(
+            tool,
+            arguments,
+            run_id=run_id,
+            timeout=timeout,
+            call_id=call_id,
+            idempotency_key=idempotency_key,
+        ).result()
+
+    def submit(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | str | None = None,
+        *,
+        run_id: str | None = None,
+        timeout: float | None = None,
+        call_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> CallHandle:
+        """Enqueue a call and return at once with a handle to its result."""
+        prepared = self.preparer.prepare(
+            tool, arguments, run_id, timeout, call_id, None, idempotency_key=idempotency_key
+        )
+        publish(self.app, [prepared])
+        return CallHandle(self.waiter, prepared)
+
+    def call_many(
+        self,
+        calls: Iterable[CallSpec],
+        *,
+        run_id: str | None = None,
+        timeout: float | None = None,
+    ) -> list[ToolResult]:
+        """Run independent calls in parallel; results come back in the calls' order."""
+        batch = self.preparer.prepare_many(calls, run_id, timeout)
+        publish(self.app, batch)
+        return self.waiter.collect(batch, None)
+
+    async def acall(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any] | str | None = None,
+        *,
+        run_id: str | None = None,
+        timeout: float | None = None,
+        call_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> ToolResult:
+        """The asyncio form of :meth:`call`; waiting does not hold a thread."""
+        prepared = await asyncio.to_thread(
+            self.preparer.prepare, tool, arguments, run_id, timeout, call_id, None, idempotency_key
+        )
+        await asyncio.to_thread(publish, self.app, [prepared])
+        return (await self.waiter.acollect([prepared]))[0]
+
+    async def acall_many(
+        self,
+        calls: Iterable[CallSpec],
+        *,
+        run_id: str | None = None,
+        timeout: float | None = None,
+    ) -> list[ToolResult]:
+        """The asyncio form of :meth:`call_many`."""
+        batch = await asyncio.to_thread(self.preparer.prepare_many, list(calls), run_id, timeout)
+        await asyncio.to_thread(publish, self.app, batch)
+        return await self.waiter.acollect(batch)
+
+    # -- a model's tool calls, under the run guard ---------------------------
+
+    def run_guard(
+        self, run_id: str, budget: RunBudget | None = None, *, clock: Clock | None = None
+    ) -> RunGuard:
+        """The guardrails of run ``run_id``, kept in this client's Redis (see toolexec.guard)."""
+        return RunGuard(run_id, budget, redis=self.redis, keys=self.keys, clock=clock or self.clock)
+
+    def run_tool_calls(
+        self,
+        tool_calls: Any,
+        *,
+        run_id: str | None = None,
+        format: Format = "openai",
+        budget: RunBudget | None = None,
+        timeout: float | None = None,
+        guard: RunGuard | None = None,
+    ) -> list[dict[str, Any]]:
+        """Run a model response's tool calls in parallel; the replies, in the calls' order.
+
+        ``tool_calls`` is OpenAI's ``tool_calls`` or Anthropic's content blocks
+        (dicts or SDK objects; the assistant message or whole response works
+        too). Returns ``role: tool`` messages or ``tool_result`` blocks. With a
+        ``run_id`` (or a ``guard``) the run guard counts steps, time and
+        failures in Redis and answers loops with a nudge, then
+        ``tool_disabled``, then ``run_aborted``; a spent budget answers
+        ``run_budget_exhausted``. Without either, the calls just run.
+        """
+        guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
+        return run_round(self, tool_calls, format=format, guard=guard, timeout=timeout).messages
+
+    async def arun_tool_calls(
+        self,
+        tool_calls: Any,
+        *,
+        run_id: str | None = None,
+        format: Format = "openai",
+        budget: RunBudget | None = None,
+        timeout: float | None = None,
+        guard: RunGuard | None = None,
+    ) -> list[dict[str, Any]]:
+        """The asyncio form of :meth:`run_tool_calls`."""
+        guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
+        outcome = await arun_round(self, tool_calls, format=format, guard=guard, timeout=timeout)
+        return outcome.messages
+
+    # -- large results (toolexec.payloads) -----------------------------------
+
+    def fetch_payload(self, ref: PayloadRef) -> bytes:
+        """A stored payload's bytes, checked against its sha256.
+
+        Raises :class:`~toolexec.errors.PayloadExpiredError` or
+        :class:`~toolexec.errors.PayloadMissingError` when it is gone.
+        """
+        return self.payloads.fetch(ref)
+
+    def load_payload(self, ref: PayloadRef) -> Any:
+        """A stored payload as the value the tool returned (what ``result.load()`` calls)."""
+        return self.payloads.load(ref)
+
+    def read_payload(self, ref: PayloadRef | str, offset: int = 0, limit: int = 100) -> PayloadPage:
+        """``limit`` lines (text), items (arrays) or keys (objects) of a payload from ``offset``.
+
+        ``ref`` may be the reference or just its key, as a model quotes it from a
+        preview; ``page.next_offset`` says where to read on.
+        """
+        return self.payloads.read(ref, offset, limit)
+
+
+def _create_app(settings: Settings) -> Celery:
+    """toolexec's Celery app for this client's settings.
+
+    Imported here rather than at the top: Celery (which imports click) is needed
+    to publish, not to declare tools or build results, and ``import toolexec``
+    must stay light for processes that only do those.
+    """
+    from toolexec.app import create_app
+
+    return create_app(settings)
