@@ -177,11 +177,11 @@ def test_oversized_arguments_are_refused_with_the_limit_in_the_message(
     """Given arguments over the largest a payload store takes, the model reads the size,
     the limit, a way out. (Under that, large arguments are stored, not refused.)"""
     limit = settings.max_argument_bytes
-    offline = client_without_broker.settings
-    client_without_broker.settings = offline.model_copy(update={"payload_max_bytes": limit})
+    offline = client_without_broker.settings.model_copy(update={"payload_max_bytes": limit})
     huge = {"url": "http://127.0.0.1:9/x", "count": 1, "unit": "x" * limit}
 
-    result = client_without_broker.call("record", huge)
+    with ToolClient(offline) as client:  # settings are read when a client is built
+        result = client.call("record", huge)
 
     assert _error_type(result) == ErrorType.INVALID_ARGUMENTS
     assert result.error is not None
