@@ -31,7 +31,7 @@ skew cannot move the window. While Redis is unreachable budgets step aside
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import redis
@@ -95,16 +95,8 @@ class RetryBudgetPolicy:
         ]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "enabled": self.enabled,
-            "kind": self.kind,
-            "ratio": self.ratio,
-            "window_s": self.window_s,
-            "min_retries": self.min_retries,
-            "max_tokens": self.max_tokens,
-            "token_ratio": self.token_ratio,
-            "key_argument": self.key_argument,
-        }
+        """Every field, as the catalog publishes it (all are JSON values)."""
+        return asdict(self)
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> RetryBudgetPolicy:

@@ -8,7 +8,7 @@ into each call and is not stored in Redis.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -82,18 +82,8 @@ class BreakerPolicy:
         return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "enabled": self.enabled,
-            "consecutive_failures": self.consecutive_failures,
-            "failure_rate": self.failure_rate,
-            "window_size": self.window_size,
-            "min_calls": self.min_calls,
-            "slow_call_s": self.slow_call_s,
-            "open_s": self.open_s,
-            "half_open_probes": self.half_open_probes,
-            "close_after": self.close_after,
-            "probe_lease_s": self.probe_lease_s,
-        }
+        """Every field, as the catalog publishes it (all are JSON values)."""
+        return asdict(self)
 
 
 def breaker_name(tool: str, key_argument: str | None, arguments: Mapping[str, Any]) -> str:
