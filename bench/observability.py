@@ -38,8 +38,8 @@ from _common import (
 )
 
 from toolexec.client import ToolClient
+from toolexec.ops.status import gather
 from toolexec.settings import Settings
-from toolexec.status import gather
 from toolexec.testing import WorkerProcess
 
 CALL_TIMEOUT_S = 600.0

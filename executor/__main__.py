@@ -31,7 +31,7 @@ def main() -> None:
             "from toolexec import ToolClient.\n"
         )
         raise SystemExit(1)
-    from toolexec.cli import main as run
+    from toolexec.ops.cli import main as run
 
     run()
 

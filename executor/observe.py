@@ -4,7 +4,7 @@ The task calls four hooks (an attempt started; it ended in a retry; the call
 ended; the attempt stopped without an outcome of its own, deferred by a rate
 limit or answered by another worker) and this fans them out to
 :class:`~toolexec.stats.CallStats` (fleet-wide counters for ``toolexec
-status``) and :class:`~toolexec.metrics.Metrics` (this process's
+status``) and :class:`~toolexec.ops.metrics.Metrics` (this process's
 ``/metrics``). Observing must never fail a call: a report that raises (Redis
 away) is dropped, with a warning at most once a minute.
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from toolexec.clock import Clock, SystemClock
 from toolexec.context import CallContext
-from toolexec.metrics import Metrics
+from toolexec.ops.metrics import Metrics
 from toolexec.registry import ToolSpec
 from toolexec.results import ToolResult
 from toolexec.stats import CallStats

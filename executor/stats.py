@@ -1,6 +1,6 @@
 """Per-tool counters of the last minutes, in Redis, for ``toolexec status``.
 
-The Prometheus metrics of :mod:`toolexec.metrics` live in each worker process
+The Prometheus metrics of :mod:`toolexec.ops.metrics` live in each worker process
 and need a scraper to add them up. These live in Redis, so one command on any
 host sees what the whole fleet did in the last minutes and which attempts run
 now, with no monitoring stack. Workers write them through :class:`CallStats`:

@@ -18,7 +18,7 @@ from celery import Celery, Task
 from toolexec.context import CallContext
 from toolexec.fallback.chain import Action, Deliver, Send
 from toolexec.fallback.state import FALLBACK_TASK
-from toolexec.metrics import record_fallback
+from toolexec.ops.metrics import record_fallback
 from toolexec.tasks.tool_task import ToolTask, worker_state
 
 __all__ = ["FallbackTask", "carry_out", "register_fallback_task"]

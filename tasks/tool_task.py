@@ -35,8 +35,8 @@ from toolexec.faults import FaultConfig, FaultLayer, FaultStore
 from toolexec.idempotency import IdempotencyLayer, IdempotencyStore
 from toolexec.keys import Keys
 from toolexec.logs import call_fields
-from toolexec.metrics import metrics
 from toolexec.observe import CallObservers
+from toolexec.ops.metrics import metrics
 from toolexec.payloads import worker_payloads
 from toolexec.ratelimit import RateLimiter, RateLimitLayer, RateLimitPolicy
 from toolexec.redaction import secret_names, shown_kwargs

@@ -187,7 +187,7 @@ class PayloadLayer:
             return replace(outcome, data=None, failure=_unstorable(attempt.spec, exc))
         # imported here: prometheus_client picks its multiprocess mode on first import,
         # which must come after the worker's set-up, never from a client's import
-        from toolexec.metrics import record_offload
+        from toolexec.ops.metrics import record_offload
 
         record_offload(attempt.tool, ref.size_bytes)
         preview = build_preview(outcome.data, ref, limits.token_budget)

@@ -22,8 +22,8 @@ from integration_support import closed_port
 from observability_tools import PARKED_QUEUE
 from prometheus_client.parser import text_string_to_metric_families
 
-from toolexec.cli import cli
 from toolexec.client import ToolClient
+from toolexec.ops.cli import cli
 from toolexec.results import ToolResult
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply, WorkerProcess

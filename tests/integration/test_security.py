@@ -17,10 +17,10 @@ from celery import Celery
 from click.testing import CliRunner
 from servers import ServerProcess, free_port, self_signed_cert, tls_server_binary, valkey_binary
 
-from toolexec.cli import cli
 from toolexec.client import ToolClient
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType, RedisUnavailableError
+from toolexec.ops.cli import cli
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply, WorkerProcess
 

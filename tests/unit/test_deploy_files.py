@@ -19,7 +19,7 @@ import pytest
 import yaml
 from celery.bin.celery import celery as celery_cli
 
-from toolexec.cli import cli as toolexec_cli
+from toolexec.ops.cli import cli as toolexec_cli
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE: dict[str, Any] = yaml.safe_load((REPO / "docker-compose.yml").read_text())

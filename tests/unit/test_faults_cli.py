@@ -8,11 +8,11 @@ import uuid
 import pytest
 from click.testing import CliRunner
 
-from toolexec.cli import cli
 from toolexec.connection import redis_client
 from toolexec.errors import ErrorType
 from toolexec.faults import FaultConfig, FaultStore
 from toolexec.keys import Keys
+from toolexec.ops.cli import cli
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from toolexec import metrics as metrics_mod
 from toolexec.breaker import (
     BreakerPolicy,
     BreakerState,
@@ -20,7 +19,8 @@ from toolexec.breaker import (
 from toolexec.clock import ManualClock
 from toolexec.connection import fail_fast_client, redis_client
 from toolexec.keys import Keys
-from toolexec.metrics import BreakerCollector, Metrics, record_fallback, record_offload
+from toolexec.ops import metrics as metrics_mod
+from toolexec.ops.metrics import BreakerCollector, Metrics, record_fallback, record_offload
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 Split in two because of prometheus_client's multiprocess mode: it is chosen
 when prometheus_client is first imported, from ``PROMETHEUS_MULTIPROC_DIR``,
 so :func:`prepare` must run before the tool tasks are imported (they import
-:mod:`toolexec.metrics`), and :func:`start` after.
+:mod:`toolexec.ops.metrics`), and :func:`start` after.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _serve(settings: Settings, metrics_port: int) -> None:
     from toolexec.breaker import CircuitBreaker
     from toolexec.connection import fail_fast_client, redis_url
     from toolexec.keys import Keys
-    from toolexec.metrics import serve
+    from toolexec.ops.metrics import serve
 
     breakers = CircuitBreaker(fail_fast_client(redis_url(settings)), Keys(settings.key_prefix))
     try:

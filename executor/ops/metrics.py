@@ -43,7 +43,7 @@ __all__ = [
     "serve",
 ]
 
-log = logging.getLogger("toolexec.metrics")
+log = logging.getLogger("toolexec.ops.metrics")
 
 #: Tool calls take milliseconds (a cache) to minutes (a crawl).
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from toolexec.cli import cli
-from toolexec.ops_cli import basic_auth, is_loopback, valkey_args
+from toolexec.ops.cli import cli
+from toolexec.ops.services_cli import basic_auth, is_loopback, valkey_args
 from toolexec.settings import Settings
 
 
@@ -69,7 +69,7 @@ def test_autoscale_with_the_threads_pool_is_refused_before_anything_starts() -> 
 
 
 def test_autoscale_without_a_pool_picks_prefork() -> None:
-    from toolexec.cli import _autoscale_pool
+    from toolexec.ops.cli import _autoscale_pool
 
     assert _autoscale_pool(None, "4,1") == "prefork"
     assert _autoscale_pool("prefork", "4,1") == "prefork"

@@ -12,9 +12,9 @@ import click
 
 from toolexec.breaker.cli import breakers
 from toolexec.errors import ToolexecError
-from toolexec.faults_cli import faults
-from toolexec.ops_cli import flower, serve_embedded
-from toolexec.status import status
+from toolexec.ops.faults_cli import faults
+from toolexec.ops.services_cli import flower, serve_embedded
+from toolexec.ops.status import status
 
 __all__ = ["main"]
 
@@ -80,7 +80,7 @@ def worker(
     from toolexec.registry import default_registry
 
     settings = settings_of(app)
-    from toolexec import telemetry
+    from toolexec.ops import telemetry
 
     metrics_port = metrics_port or settings.metrics_port
     telemetry.prepare(pool or settings.worker_pool, metrics_port)
@@ -152,7 +152,7 @@ def tools(fmt: str) -> None:
 @click.option("--keep-server", is_flag=True, help="Leave the embedded server running.")
 def demo(keep_server: bool) -> None:
     """Run a scripted agent against a misbehaving local service."""
-    from toolexec.demo import run_demo
+    from toolexec.ops.demo import run_demo
 
     sys.exit(run_demo(keep_server=keep_server))
 
