@@ -1,6 +1,6 @@
 """Retry budget, shared rate limit and fault injection on two real worker processes.
 
-Both workers import ``storm_guard_tools`` and consume its queue, with fault
+Both workers import ``storm_protection_tools`` and consume its queue, with fault
 injection enabled (a test setup, as it must be); the service is the
 FlakyServer, which records every request it gets.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from integration_support import gaps
-from storm_guard_tools import BUDGET, QUEUE
+from storm_protection_tools import BUDGET, QUEUE
 
 from toolexec.client import ToolClient
 from toolexec.connection import redis_client
@@ -46,7 +46,7 @@ def fleet(
     logs = tmp_path_factory.mktemp("storm")
     procs = [
         WorkerProcess(
-            "storm_guard_tools", env, queues=QUEUE, concurrency=8, log_path=logs / f"w{i}.log"
+            "storm_protection_tools", env, queues=QUEUE, concurrency=8, log_path=logs / f"w{i}.log"
         )
         for i in range(2)
     ]

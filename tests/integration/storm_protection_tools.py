@@ -1,4 +1,4 @@
-"""Tools only test_storm_guards' own workers import, on a queue nobody else consumes.
+"""Tools only test_storm_protections' own workers import, on a queue nobody else consumes.
 
 Each tool's budget, limit and fault sequence is its own, so the tests cannot
 disturb one another (nor the shared worker's tools) through Redis.
