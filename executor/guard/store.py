@@ -16,6 +16,7 @@ import redis
 from toolexec.clock import Clock, SystemClock
 from toolexec.connection import unavailable
 from toolexec.errors import UsageError
+from toolexec.failopen import REDIS_ERRORS
 from toolexec.guard.model import GuardedResult, RoundPlan, RunBudget, RunState, RunView
 from toolexec.guard.planning import plan_round, settle_round
 from toolexec.keys import RUN_IDLE_TTL_S, Keys
@@ -183,7 +184,7 @@ class RunGuard:
     def _call(self, fn: Callable[[], T]) -> T:
         try:
             return fn()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except REDIS_ERRORS as exc:
             kwargs = self.redis.connection_pool.connection_kwargs
             where = kwargs.get("path") or f"redis://{kwargs.get('host')}:{kwargs.get('port')}"
             raise unavailable(str(where), exc) from exc

@@ -14,6 +14,7 @@ import redis
 
 from toolexec.connection import redis_client
 from toolexec.errors import PayloadMissingError, PayloadStoreUnavailableError
+from toolexec.failopen import REDIS_ERRORS
 from toolexec.keys import Keys
 
 __all__ = ["RedisPayloadStore"]
@@ -74,7 +75,7 @@ def _reachable() -> Iterator[None]:
     """Turns a Redis connection failure into :class:`PayloadStoreUnavailableError`."""
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+    except REDIS_ERRORS as exc:
         raise PayloadStoreUnavailableError(
             f"the Redis payload store does not answer ({type(exc).__name__}: {exc})"
         ) from exc
