@@ -26,6 +26,7 @@ import redis.sentinel
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from toolexec.clock import AnchoredClock, Clock
 from toolexec.embedded import ensure_embedded
 from toolexec.errors import ConfigurationError, RedisUnavailableError
 from toolexec.settings import Settings
@@ -35,6 +36,7 @@ __all__ = [
     "async_redis_client",
     "celery_url",
     "fail_fast_client",
+    "fleet_clock",
     "parse_sentinel",
     "redact_url",
     "redis_client",
@@ -186,3 +188,18 @@ def unavailable(url: str, exc: BaseException) -> RedisUnavailableError:
         "not made. Check that the server is running and TOOLEXEC_REDIS_URL is right "
         "(unset it to use the embedded server)."
     )
+
+
+def fleet_clock(client: redis.Redis, base: Clock | None = None) -> AnchoredClock:
+    """The fleet's clock: ``base`` (the host's clock) anchored on ``client``'s Redis ``TIME``.
+
+    Deadlines are compared on other hosts than the one that set them; with both
+    ends on this clock, a skew between the hosts' own clocks cannot make a
+    worker refuse a call early or start one after its deadline.
+    """
+
+    def redis_time() -> float:
+        seconds, micros = client.time()
+        return float(seconds) + float(micros) / 1_000_000
+
+    return AnchoredClock(redis_time, base)

@@ -8,10 +8,113 @@ the final result can say where the time went.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-__all__ = ["CallContext"]
+from toolexec.results import ErrorInfo, StepNote
+
+__all__ = ["CallContext", "ChainState", "Joined"]
+
+
+@dataclass(frozen=True)
+class ChainState:
+    """One chain in progress; JSON in the call's context.
+
+    ``attempts`` counts every tool body run for the call so far (primary and
+    alternatives); ``hop`` counts the messages the chain has sent, to give
+    each its own task id.
+    """
+
+    primary: str
+    queue: str | None
+    error: ErrorInfo
+    primary_attempts: int
+    arguments: Any
+    attempts: int = 0
+    next: int = 0
+    hop: int = 0
+    tried: tuple[StepNote, ...] = ()
+
+    @classmethod
+    def begin(
+        cls, primary: str, queue: str | None, error: ErrorInfo, attempts: int, arguments: Any
+    ) -> ChainState:
+        return cls(primary, queue, error, attempts, arguments, attempts=attempts)
+
+    def noted(self, note: StepNote) -> ChainState:
+        return replace(self, tried=(*self.tried, note))
+
+    def at(self, index: int) -> ChainState:
+        return replace(self, next=index)
+
+    def sent(self) -> ChainState:
+        return replace(self, hop=self.hop + 1)
+
+    def ran(self, attempts: int) -> ChainState:
+        return replace(self, attempts=self.attempts + attempts)
+
+    def task_id(self, call_id: str) -> str:
+        """The id of the message this chain sends next (after :meth:`sent`)."""
+        return f"{call_id}-fb{self.hop}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "primary": self.primary,
+            "queue": self.queue,
+            "error": self.error.model_dump(mode="json"),
+            "primary_attempts": self.primary_attempts,
+            "arguments": self.arguments,
+            "attempts": self.attempts,
+            "next": self.next,
+            "hop": self.hop,
+            "tried": [note.model_dump(mode="json") for note in self.tried],
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> ChainState:
+        return cls(
+            primary=raw["primary"],
+            queue=raw.get("queue"),
+            error=ErrorInfo.model_validate(raw["error"]),
+            primary_attempts=int(raw.get("primary_attempts", 0)),
+            arguments=raw.get("arguments"),
+            attempts=int(raw.get("attempts", 0)),
+            next=int(raw.get("next", 0)),
+            hop=int(raw.get("hop", 0)),
+            tried=tuple(StepNote.model_validate(n) for n in raw.get("tried", ())),
+        )
+
+
+@dataclass(frozen=True)
+class Joined:
+    """A call that joined this one and is answered with its result (``toolexec.idempotency``).
+
+    Just what its answer needs: where to deliver it and what to stamp on it.
+    It rides in the context so that a fallback chain started by the call
+    answers the joined calls too, whichever worker its last step runs on.
+    """
+
+    call_id: str
+    reply_to: str
+    deadline: float
+    submitted_at: float
+    run_id: str | None = None
+
+    @classmethod
+    def of(cls, ctx: CallContext) -> Joined:
+        return cls(ctx.call_id, ctx.reply_to, ctx.deadline, ctx.submitted_at, ctx.run_id)
+
+    def context(self, tool: str) -> CallContext:
+        """The joined call as a context of its own, to stamp its answer."""
+        return CallContext(
+            call_id=self.call_id,
+            tool=tool,
+            deadline=self.deadline,
+            submitted_at=self.submitted_at,
+            reply_to=self.reply_to,
+            run_id=self.run_id,
+        )
 
 
 @dataclass(frozen=True)
@@ -35,17 +138,38 @@ class CallContext:
     slot_for: int | None = None
     #: Some attempt of this call met an injected fault (``toolexec.faults``).
     injected: bool = False
-    #: A fallback chain in progress (``toolexec.fallback.state.ChainState`` as JSON): the
-    #: primary's error, the steps tried, the original arguments.
-    fallback: dict[str, Any] | None = None
+    #: A fallback chain in progress (``toolexec.fallback``): the primary's error,
+    #: the steps tried, the original arguments.
+    fallback: ChainState | None = None
+    #: Calls that joined this one and wait for its answer, whatever answers it.
+    joined: tuple[Joined, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        raw = asdict(self)
+        raw["fallback"] = None if self.fallback is None else self.fallback.to_json()
+        if not self.joined:
+            del raw["joined"]  # the common case keeps messages as they were
+        else:
+            raw["joined"] = [asdict(j) for j in self.joined]
+        return raw
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> CallContext:
         known = {k: raw[k] for k in cls.__dataclass_fields__ if k in raw}
+        known["joined"] = tuple(Joined(**j) for j in raw.get("joined") or ())
+        chain = raw.get("fallback")
+        known["fallback"] = None if chain is None else ChainState.from_json(chain)
         return cls(**known)
+
+    def joining(self, waiters: Iterable[CallContext]) -> CallContext:
+        """This context carrying ``waiters`` along, each once, never itself."""
+        seen = {j.call_id for j in self.joined} | {self.call_id}
+        added = []
+        for waiter in waiters:
+            if waiter.call_id not in seen:
+                seen.add(waiter.call_id)
+                added.append(Joined.of(waiter))
+        return replace(self, joined=(*self.joined, *added)) if added else self
 
     def remaining(self, now: float) -> float:
         return self.deadline - now

@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 import pydantic_core
@@ -30,13 +30,25 @@ from toolexec.errors import (
     ToolException,
     ToolTimeoutError,
 )
-from toolexec.layers import Attempt, Layer, Outcome, compose
+from toolexec.layers import (
+    Attempt,
+    Defer,
+    Final,
+    Layer,
+    NoReply,
+    Outcome,
+    Retry,
+    Verdict,
+    compose,
+)
 from toolexec.redaction import secret_names
-from toolexec.registry import ToolSpec
 from toolexec.results import ErrorInfo, Timings, ToolResult
 from toolexec.retry import decide
 from toolexec.runner import Runner
 from toolexec.validation import describe_validation_error
+
+if TYPE_CHECKING:  # a type only: the registry imports the fallback steps
+    from toolexec.registry import ToolSpec
 
 __all__ = [
     "Defer",
@@ -44,64 +56,12 @@ __all__ = [
     "Final",
     "NoReply",
     "Retry",
-    "RetryGate",
     "Verdict",
     "deadline_info",
     "error_info",
     "error_result",
     "restamped",
 ]
-
-
-@dataclass(frozen=True)
-class Final:
-    """The call is over; ``result`` goes back to the caller."""
-
-    result: ToolResult
-
-
-@dataclass(frozen=True)
-class Retry:
-    """Try again after ``delay`` seconds, carrying ``context`` forward."""
-
-    delay: float
-    error: ToolException
-    context: CallContext
-
-
-@dataclass(frozen=True)
-class NoReply:
-    """This attempt ends without answering the caller: another worker does.
-
-    A duplicate that joined the same call in flight, a second copy of a call
-    that is running, or a worker whose lease was taken over while it ran
-    (``toolexec.idempotency``).
-    """
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class Defer:
-    """Run this same attempt again after ``delay`` seconds; it used no attempt.
-
-    A shared rate limit reserved a slot that far ahead (``toolexec.ratelimit``):
-    the call waits in the queue instead of calling the service.
-    """
-
-    delay: float
-    context: CallContext
-
-
-Verdict = Final | Retry | NoReply | Defer
-
-
-class RetryGate(Protocol):
-    """Has the last word on a retry the policy wants (the fleet-wide retry budget)."""
-
-    def refusal(self, attempt: Attempt, failure: ToolException) -> ToolException | None:
-        """None lets the retry go ahead; an error ends the call with it instead."""
-        ...
 
 
 def error_info(error: ToolException) -> ErrorInfo:
@@ -196,7 +156,6 @@ class Executor:
         rng: random.Random | None = None,
         layers: Sequence[Layer] = (),
         resolve_arguments: Callable[[Any], Any] | None = None,
-        retry_gate: RetryGate | None = None,
     ) -> None:
         self.runner = runner or Runner()
         self.clock = clock or SystemClock()
@@ -204,7 +163,6 @@ class Executor:
         self.layers = tuple(layers)
         # puts back arguments the client stored outside the message (toolexec.payloads)
         self.resolve_arguments = resolve_arguments
-        self.retry_gate = retry_gate
 
     def attempt(
         self, spec: ToolSpec, raw_arguments: Any, ctx: CallContext, attempt: int
@@ -280,17 +238,9 @@ class Executor:
         return self._after_failure(spec, failure, ctx, attempts, end, current)
 
     def _settle(self, attempt: Attempt, outcome: Outcome, verdict: Verdict) -> Verdict:
-        """Show the verdict to layers that record outcomes; each may replace it.
-
-        What to store depends on the verdict (a retry parks a call, a final
-        result ends it), which is known only after the layers have returned:
-        a layer with a ``settle(attempt, outcome, verdict) -> Verdict`` method
-        is asked here, innermost first, with the outcome compose returned.
-        """
+        """Show the verdict to every layer's ``settle`` hook, innermost first."""
         for layer in reversed(self.layers):
-            settle = getattr(layer, "settle", None)
-            if settle is not None:
-                verdict = settle(attempt, outcome, verdict)
+            verdict = layer.settle(attempt, outcome, verdict)
         return verdict
 
     def _body(self, spec: ToolSpec, kwargs: dict[str, Any], limit: float) -> Outcome:
@@ -338,10 +288,18 @@ class Executor:
         return Final(error_result(ctx, info, attempts=attempt, now=now))
 
     def _gate(self, current: Attempt | None, failure: ToolException) -> ToolException | None:
-        """The retry gate's refusal of a retry the policy wants, if it has one."""
-        if self.retry_gate is None or current is None:
+        """The first refusal of a retry the policy wants, asking layers outermost first.
+
+        ``current`` is None when the attempt ended before the layers (its
+        stored arguments could not be read): no layer has seen it to judge.
+        """
+        if current is None:
             return None
-        return self.retry_gate.refusal(current, failure)
+        for layer in self.layers:
+            refusal = layer.allow_retry(current, failure)
+            if refusal is not None:
+                return refusal
+        return None
 
 
 def _throttled(failure: ThrottledError, ctx: CallContext, attempt: int, now: float) -> Verdict:

@@ -20,7 +20,7 @@ import redis.exceptions
 
 from toolexec.clock import Clock
 
-__all__ = ["REDIS_ERRORS", "UNREACHABLE", "FailOpen"]
+__all__ = ["REDIS_ERRORS", "FailOpen"]
 
 _default_log = logging.getLogger("toolexec.failopen")
 
@@ -30,8 +30,6 @@ REDIS_ERRORS: tuple[type[Exception], ...] = (
     redis.exceptions.TimeoutError,
     redis.exceptions.ReadOnlyError,
 )
-#: The former name of :data:`REDIS_ERRORS`, kept while idempotency moves over to it.
-UNREACHABLE = REDIS_ERRORS
 
 
 class FailOpen:

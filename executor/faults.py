@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
@@ -52,9 +52,7 @@ from toolexec.errors import (
 )
 from toolexec.failopen import REDIS_ERRORS, FailOpen
 from toolexec.keys import FAULT_SEQUENCE_TTL_S, Keys
-
-if TYPE_CHECKING:  # layers imports the registry; keep this module free of that cycle
-    from toolexec.layers import Attempt, Outcome, Proceed
+from toolexec.layers import Attempt, Layer, Outcome, Proceed
 
 __all__ = ["INJECTABLE", "FaultConfig", "FaultLayer", "FaultPlan", "FaultStore", "injected_error"]
 
@@ -241,7 +239,7 @@ class FaultStore:
         return int(n)
 
 
-class FaultLayer:
+class FaultLayer(Layer):
     """Injects each tool's configured faults around the tool body, when enabled.
 
     ``static`` configs come from settings; configs in the store (Redis)
@@ -249,6 +247,8 @@ class FaultLayer:
     Disabled, the layer only passes calls through, and warns (at most every
     ``warn_interval_s``) if configs are waiting that it ignores.
     """
+
+    name = "faults"
 
     def __init__(
         self,
@@ -276,7 +276,7 @@ class FaultLayer:
         if not enabled and self.static:
             _warn_ignored(sorted(self.static), "TOOLEXEC_FAULTS")
 
-    def __call__(self, attempt: Attempt, proceed: Proceed) -> Outcome:
+    def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         if not self.enabled:
             self._warn_if_waiting()
             return proceed()
@@ -300,8 +300,6 @@ class FaultLayer:
     def _inject(
         self, plan: FaultPlan, config: FaultConfig, attempt: Attempt, proceed: Proceed
     ) -> Outcome:
-        from toolexec.layers import Outcome  # at run time only: see the import note above
-
         if plan.latency >= attempt.limit:
             self.sleep(attempt.limit)
             timeout = ToolTimeoutError(

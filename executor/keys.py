@@ -71,7 +71,10 @@ class Keys:
         hash tag: a record, its waiters, the lease index and the token counter
         share one Redis Cluster slot, so one Lua script may touch them all.
         TTL: ``TOOLEXEC_IDEMPOTENCY_RETENTION_S`` (a day) from its last write: a
-        replay must still work when an agent repeats a call hours later.
+        replay must still work when an agent repeats a call hours later. A
+        coalesced or merely leased call's record is deleted when the call ends
+        and has nothing to replay: it expires a minute after the call's time
+        budget, a net under a record whose every holder died.
         """
         return f"{self.prefix}:idem:{{idem}}:{record}"
 

@@ -1,25 +1,57 @@
-"""Layers around the tool body: the breaker, idempotency, caches, ...
+"""The attempt pipeline: layers around the tool body, each with named hooks.
 
-Each layer wraps the next, as in a Polly pipeline or ASGI middleware: it
-receives the :class:`Attempt` and a ``proceed`` callable that runs the rest of
-the stack (ultimately the tool body), and returns an :class:`Outcome`. A layer
-can answer without proceeding (an open breaker, a replayed result), look at
-the outcome on the way back (record it, cache it), or both. The executor
-builds the stack once; layers know nothing of Celery.
+A layer is a class with three hooks, each a no-op by default, in the manner of
+dramatiq's middleware: a protection overrides only the hooks it needs, and the
+executor (``toolexec.execution``) calls every hook of every layer at a fixed
+point of an attempt, so nothing is found by name or passed through a side door.
+
+``around(attempt, proceed)``
+    Wraps the rest of the stack, as in a Polly pipeline or ASGI middleware:
+    it may answer without proceeding (an open breaker, a deferral), look at
+    the outcome on the way back (record it, cache it), or both. Outermost
+    first.
+``allow_retry(attempt, failure)``
+    Asked only when the retry policy wants another attempt: None lets it go
+    ahead, an error ends the call with that error instead (a spent retry
+    budget). Outermost first; the first refusal wins.
+``settle(attempt, outcome, verdict)``
+    Shown the executor's verdict once it exists, innermost first, and may
+    replace it: what a layer stores can depend on whether the call ends or
+    retries, which is known only after every ``around`` has returned.
+
+A layer that must carry something of its own from ``around`` to ``settle``
+(the idempotency layer's lease) keeps it in :attr:`Attempt.notes` under its
+own name, as a Polly ``ResilienceContext`` keeps properties: the attempt is
+the one object both hooks see, and no other layer reads those notes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from toolexec.context import CallContext
 from toolexec.errors import ToolException
-from toolexec.registry import ToolSpec
-from toolexec.results import PayloadRef
+from toolexec.results import PayloadRef, ToolResult
 
-__all__ = ["Attempt", "Layer", "Outcome", "Proceed", "compose"]
+if TYPE_CHECKING:  # only types here: the registry imports the policies of layer modules,
+    # and the idempotency package builds on this module
+    from toolexec.idempotency.records import Lease
+    from toolexec.registry import ToolSpec
+
+__all__ = [
+    "Attempt",
+    "Defer",
+    "Final",
+    "Layer",
+    "NoReply",
+    "Outcome",
+    "Proceed",
+    "Retry",
+    "Verdict",
+    "compose",
+]
 
 
 @dataclass(frozen=True)
@@ -31,6 +63,8 @@ class Attempt:
     number: int
     arguments: dict[str, Any]  # validated, as JSON: what keys are derived from
     limit: float  # seconds this attempt may run: min(tool timeout, time left)
+    #: Per-attempt data a layer hands from its ``around`` to its ``settle``, under its name.
+    notes: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def tool(self) -> str:
@@ -58,21 +92,89 @@ class Outcome:
         return self.failure is None
 
 
+# --- the verdict: what an attempt comes to ------------------------------------
+
+
+@dataclass(frozen=True)
+class Final:
+    """The call is over; ``result`` goes back to the caller.
+
+    ``joined`` are the other calls that waited on this one (duplicates joined
+    to a side-effecting call, coalesced reads): the one delivery answers them
+    with the same result, after the fallback decision, so that every caller of
+    a shared execution gets the same answer. ``release`` is a read-only call's
+    lease, released in the same round trip as the delivery: the lease every
+    call holds then costs one round trip of its own, to take it.
+    """
+
+    result: ToolResult
+    joined: tuple[CallContext, ...] = ()
+    release: Lease | None = None
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Try again after ``delay`` seconds, carrying ``context`` forward."""
+
+    delay: float
+    error: ToolException
+    context: CallContext
+
+
+@dataclass(frozen=True)
+class NoReply:
+    """This attempt ends without answering the caller: another worker does.
+
+    A duplicate that joined the same call in flight, a second copy of a call
+    that is running, or a worker whose lease was taken over while it ran
+    (``toolexec.idempotency``).
+    """
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Defer:
+    """Run this same attempt again after ``delay`` seconds; it used no attempt.
+
+    A shared rate limit reserved a slot that far ahead (``toolexec.ratelimit``):
+    the call waits in the queue instead of calling the service.
+    """
+
+    delay: float
+    context: CallContext
+
+
+Verdict = Final | Retry | NoReply | Defer
+
 Proceed = Callable[[], Outcome]
 
 
-class Layer(Protocol):
-    """Wraps the rest of the stack for one attempt."""
+class Layer:
+    """A protection around the tool body; override only the hooks it needs."""
 
-    def __call__(self, attempt: Attempt, proceed: Proceed) -> Outcome: ...
+    #: The key of this layer's :attr:`Attempt.notes`, and its name in logs.
+    name = "layer"
+
+    def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
+        """Wraps the rest of the stack; the default just proceeds."""
+        return proceed()
+
+    def allow_retry(self, attempt: Attempt, failure: ToolException) -> ToolException | None:
+        """None lets a retry the policy wants go ahead; an error ends the call instead."""
+        return None
+
+    def settle(self, attempt: Attempt, outcome: Outcome, verdict: Verdict) -> Verdict:
+        """Sees the verdict; returns it, or the one that replaces it."""
+        return verdict
 
 
 def compose(layers: Sequence[Layer], attempt: Attempt, body: Proceed) -> Outcome:
-    """Run ``body`` inside ``layers``, the first layer outermost."""
+    """Run ``body`` inside ``layers``' ``around`` hooks, the first layer outermost."""
 
     def step(index: int) -> Outcome:
         if index == len(layers):
             return body()
-        return layers[index](attempt, lambda: step(index + 1))
+        return layers[index].around(attempt, lambda: step(index + 1))
 
     return step(0)

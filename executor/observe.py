@@ -6,7 +6,8 @@ limit or answered by another worker) and this fans them out to
 :class:`~toolexec.stats.CallStats` (fleet-wide counters for ``toolexec
 status``) and :class:`~toolexec.ops.metrics.Metrics` (this process's
 ``/metrics``). Observing must never fail a call: a report that raises (Redis
-away) is dropped, with a warning at most once a minute.
+away, a bug in a metric) is logged and dropped, with a warning at most once a
+minute.
 """
 
 from __future__ import annotations
@@ -47,25 +48,24 @@ class CallObservers:
     def started(self, spec: ToolSpec, ctx: CallContext, attempt: int) -> None:
         now = self.clock.now()
         lease_until = now + max(0.0, min(spec.policy.timeout, ctx.deadline - now)) + LEASE_GRACE_S
-        self.metrics.started(spec.name, ctx.call_id, attempt, lease_until)
+        self._quietly(self.metrics.started, spec.name, ctx.call_id, attempt, lease_until)
         if self.stats is not None:
             self._quietly(self.stats.started, spec.name, ctx.call_id, attempt, lease_until)
 
     def retrying(self, spec: ToolSpec, ctx: CallContext, attempt: int, error_type: str) -> None:
-        self.metrics.retrying(spec.name, ctx.call_id, attempt, error_type)
+        self._quietly(self.metrics.retrying, spec.name, ctx.call_id, attempt, error_type)
         if self.stats is not None:
             self._quietly(self.stats.retrying, spec.name, ctx.call_id, attempt, error_type)
 
     def finished(self, ctx: CallContext, attempt: int, result: ToolResult) -> None:
         error_type = None if result.error is None else str(result.error.type)
-        self.metrics.finished(
-            ctx.tool, ctx.call_id, attempt, error_type, result.elapsed_ms / 1000.0
-        )
+        elapsed_s = result.elapsed_ms / 1000.0
+        self._quietly(self.metrics.finished, ctx.tool, ctx.call_id, attempt, error_type, elapsed_s)
         if self.stats is not None:
             self._quietly(self.stats.finished, ctx.tool, ctx.call_id, attempt, error_type)
 
     def withdrawn(self, spec: ToolSpec, ctx: CallContext, attempt: int) -> None:
-        self.metrics.withdrawn(spec.name, ctx.call_id, attempt)
+        self._quietly(self.metrics.withdrawn, spec.name, ctx.call_id, attempt)
         if self.stats is not None:
             self._quietly(self.stats.withdrawn, spec.name, ctx.call_id, attempt)
 
@@ -76,7 +76,8 @@ class CallObservers:
             if time.monotonic() - self._warned_at >= _WARN_INTERVAL_S:
                 self._warned_at = time.monotonic()
                 log.warning(
-                    "call statistics not recorded (%s: %s); calls go on without them",
+                    "call report %s not recorded (%s: %s); calls go on without it",
+                    getattr(report, "__qualname__", report),
                     type(exc).__name__,
                     exc,
                 )

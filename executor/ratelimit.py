@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 
@@ -29,10 +29,8 @@ from toolexec.clock import Clock, SystemClock
 from toolexec.errors import ConfigurationError, ThrottledError
 from toolexec.failopen import REDIS_ERRORS, FailOpen
 from toolexec.keys import Keys
+from toolexec.layers import Attempt, Layer, Outcome, Proceed
 from toolexec.lua import script_source
-
-if TYPE_CHECKING:  # layers imports the registry, which imports this module
-    from toolexec.layers import Attempt, Outcome, Proceed
 
 __all__ = ["RateLimitLayer", "RateLimitPolicy", "RateLimiter", "Slot"]
 
@@ -110,32 +108,38 @@ class RateLimiter:
         self.redis.delete(self.keys.rate_limit(name))
 
 
-class RateLimitLayer:
+class RateLimitLayer(Layer):
     """Lets an attempt through at its tool's shared rate, or defers it to its slot.
 
     ``overrides`` (from settings) replace a tool's declared policy by name, so
     an operator can slow a tool down without a release.
     """
 
+    name = "rate_limit"
+
     def __init__(
-        self, limiter: RateLimiter, overrides: Mapping[str, RateLimitPolicy] | None = None
+        self,
+        limiter: RateLimiter,
+        overrides: Mapping[str, RateLimitPolicy] | None = None,
+        *,
+        clock: Clock | None = None,
     ) -> None:
         self.limiter = limiter
         self.overrides = dict(overrides or {})
+        # the clock a call's deadline is read on (the worker's fleet clock)
+        self.clock = clock or limiter
 
     def policy_for(self, attempt: Attempt) -> RateLimitPolicy | None:
         return self.overrides.get(attempt.tool) or attempt.spec.policy.rate_limit
 
-    def __call__(self, attempt: Attempt, proceed: Proceed) -> Outcome:
+    def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         policy = self.policy_for(attempt)
         if policy is None or attempt.ctx.slot_for == attempt.number:
             return proceed()  # no limit, or this attempt's slot was reserved before it was deferred
-        left = attempt.ctx.deadline - self.limiter.now()
+        left = attempt.ctx.deadline - self.clock.now()
         slot = self.limiter.reserve(attempt.tool, policy, left)
         if slot.now:
             return proceed()
-        from toolexec.layers import Outcome  # at run time only: see the import note above
-
         return Outcome(failure=_throttled(attempt.tool, policy, slot), ran=False)
 
 

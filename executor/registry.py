@@ -14,18 +14,16 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeVar, get_type_hints, overload
+from typing import Any, TypeVar, get_type_hints, overload
 
 import pydantic
 
 from toolexec.breaker import BreakerPolicy
 from toolexec.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
+from toolexec.fallback.steps import FallbackStep, check_chain
 from toolexec.ratelimit import RateLimitPolicy
 from toolexec.retry import Jitter, RetryPolicy
 from toolexec.retry_budget import RetryBudgetPolicy
-
-if TYPE_CHECKING:
-    from toolexec.fallback.steps import FallbackStep
 
 __all__ = ["Registry", "ToolPolicy", "ToolSpec", "default_registry", "tool"]
 
@@ -218,9 +216,6 @@ def _checked_fallbacks(
 ) -> tuple[FallbackStep, ...]:
     if not steps:
         return ()
-    # Imported here: the fallback package builds on this module.
-    from toolexec.fallback.steps import check_chain
-
     return check_chain(name, steps, side_effects=side_effects)
 
 
@@ -246,6 +241,32 @@ def _checked_check(
     return check
 
 
+def _retry_policy(name: str, whole: RetryPolicy | None, flat: dict[str, Any]) -> RetryPolicy:
+    """``whole``, or the policy the flat fields describe; never both, one would be ignored."""
+    given = sorted(field for field, value in flat.items() if value is not None)
+    if whole is not None:
+        if given:
+            raise ConfigurationError(
+                f"tool {name!r}: retry= gives the whole retry policy, so {', '.join(given)} "
+                "would be ignored; put them into the RetryPolicy instead"
+            )
+        return whole
+    try:
+        jitter = Jitter(flat["jitter"] or Jitter.FULL)
+    except ValueError as exc:
+        raise ConfigurationError(f"tool {name!r}: {exc}") from exc
+    defaults = RetryPolicy()
+    return RetryPolicy(
+        max_attempts=defaults.max_attempts
+        if flat["max_attempts"] is None
+        else flat["max_attempts"],
+        base=defaults.base if flat["backoff_base"] is None else flat["backoff_base"],
+        cap=defaults.cap if flat["backoff_cap"] is None else flat["backoff_cap"],
+        jitter=jitter,
+        retry_on=TRANSIENT_TYPES if flat["retry_on"] is None else flat["retry_on"],
+    )
+
+
 #: The registry ``@tool`` uses unless given another.
 default_registry = Registry()
 
@@ -260,10 +281,10 @@ def tool(
     name: str | None = ...,
     description: str | None = ...,
     timeout: float = ...,
-    max_attempts: int = ...,
-    backoff_base: float = ...,
-    backoff_cap: float = ...,
-    jitter: Jitter | str = ...,
+    max_attempts: int | None = ...,
+    backoff_base: float | None = ...,
+    backoff_cap: float | None = ...,
+    jitter: Jitter | str | None = ...,
     retry_on: frozenset[ErrorType] | None = ...,
     retry: RetryPolicy | None = ...,
     queue: str | None = ...,
@@ -288,10 +309,10 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float = 30.0,
-    max_attempts: int = 3,
-    backoff_base: float = 0.5,
-    backoff_cap: float = 30.0,
-    jitter: Jitter | str = Jitter.FULL,
+    max_attempts: int | None = None,
+    backoff_base: float | None = None,
+    backoff_cap: float | None = None,
+    jitter: Jitter | str | None = None,
     retry_on: frozenset[ErrorType] | None = None,
     retry: RetryPolicy | None = None,
     queue: str | None = None,
@@ -311,7 +332,9 @@ def tool(
 
     The signature becomes the argument schema, the docstring the description
     the model reads. ``timeout`` bounds one attempt in seconds; the retry
-    settings build a :class:`RetryPolicy` unless ``retry`` gives one whole.
+    settings (``max_attempts`` 3, ``backoff_base`` 0.5 s, ``backoff_cap`` 30 s,
+    full jitter, transient errors by default) build a :class:`RetryPolicy`,
+    or ``retry`` gives one whole, and then none of them may be given too.
     ``breaker`` is the tool's :class:`BreakerPolicy` (a default one when None);
     ``breaker_key`` names an argument holding a URL, to keep one breaker per
     downstream host (``http_request@api.example.com``) instead of one per tool.
@@ -337,20 +360,16 @@ def tool(
                 f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-' "
                 "(what model APIs accept)"
             )
-        try:
-            jitter_kind = Jitter(jitter)
-        except ValueError as exc:
-            raise ConfigurationError(f"tool {tool_name!r}: {exc}") from exc
+        flat = {
+            "max_attempts": max_attempts,
+            "backoff_base": backoff_base,
+            "backoff_cap": backoff_cap,
+            "jitter": jitter,
+            "retry_on": retry_on,
+        }
         policy = ToolPolicy(
             timeout=timeout,
-            retry=retry
-            or RetryPolicy(
-                max_attempts=max_attempts,
-                base=backoff_base,
-                cap=backoff_cap,
-                jitter=jitter_kind,
-                retry_on=TRANSIENT_TYPES if retry_on is None else retry_on,
-            ),
+            retry=_retry_policy(tool_name, retry, flat),
             queue=queue,
             side_effects=side_effects,
             coalesce=coalesce,

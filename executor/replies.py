@@ -20,15 +20,22 @@ import redis.asyncio
 from toolexec.keys import REPLY_TTL_S, Keys
 from toolexec.results import ToolResult
 
-__all__ = ["ReplyBox", "deliver"]
+__all__ = ["ReplyBox", "deliver", "queue_reply"]
+
+
+def queue_reply(
+    pipe: redis.client.Pipeline, keys: Keys, reply_to: str, result: ToolResult, ttl: float
+) -> None:
+    """Queue the push of ``result`` on ``pipe``; the list expires if nobody collects it."""
+    key = keys.reply(reply_to)
+    pipe.rpush(key, result.model_dump_json())
+    pipe.expire(key, max(1, math.ceil(ttl)) + REPLY_TTL_S)
 
 
 def deliver(client: redis.Redis, keys: Keys, reply_to: str, result: ToolResult, ttl: float) -> None:
-    """Push ``result`` for its caller; the list expires if nobody collects it."""
-    key = keys.reply(reply_to)
+    """Push ``result`` for its caller in one round trip."""
     pipe = client.pipeline(transaction=False)
-    pipe.rpush(key, result.model_dump_json())
-    pipe.expire(key, max(1, math.ceil(ttl)) + REPLY_TTL_S)
+    queue_reply(pipe, keys, reply_to, result, ttl)
     pipe.execute()
 
 

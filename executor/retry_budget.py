@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import redis
 
@@ -41,10 +41,8 @@ from toolexec.clock import Clock
 from toolexec.errors import ConfigurationError, RetryBudgetExhaustedError, ToolException
 from toolexec.failopen import REDIS_ERRORS, FailOpen
 from toolexec.keys import BUDGET_IDLE_TTL_S, Keys
+from toolexec.layers import Attempt, Layer, Outcome, Proceed
 from toolexec.lua import script_source
-
-if TYPE_CHECKING:  # the layer protocol's types; layers imports the registry, which imports us
-    from toolexec.layers import Attempt, Outcome, Proceed
 
 __all__ = ["BudgetView", "RetryBudget", "RetryBudgetLayer", "RetryBudgetPolicy", "budget_name"]
 
@@ -204,19 +202,21 @@ class RetryBudget:
         self.redis.delete(self.keys.budget(name), self.keys.budget_retries(name))
 
 
-class RetryBudgetLayer:
-    """Feeds each tool's budget on the way back, and is the executor's retry gate.
+class RetryBudgetLayer(Layer):
+    """Feeds each tool's budget on the way back, and has a say in its retries.
 
-    As a layer it records attempts that reached the service (not those a
-    breaker or the rate limiter refused); as a gate, :meth:`refusal` answers
-    whether a retry the policy wants may spend the budget. Tools that cannot
+    ``around`` records attempts that reached the service (not those a
+    breaker or the rate limiter refused); ``allow_retry`` answers whether a
+    retry the policy wants may spend the budget. Tools that cannot
     retry (``max_attempts`` 1) are left alone: no Redis round trip for them.
     """
+
+    name = "retry_budget"
 
     def __init__(self, budget: RetryBudget) -> None:
         self.budget = budget
 
-    def __call__(self, attempt: Attempt, proceed: Proceed) -> Outcome:
+    def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         outcome = proceed()
         policy = attempt.spec.policy.retry_budget
         if outcome.ran and _budgeted(attempt):
@@ -228,7 +228,9 @@ class RetryBudgetLayer:
             )
         return outcome
 
-    def refusal(self, attempt: Attempt, failure: ToolException) -> RetryBudgetExhaustedError | None:
+    def allow_retry(
+        self, attempt: Attempt, failure: ToolException
+    ) -> RetryBudgetExhaustedError | None:
         """None when the retry may go ahead; else the error that ends the call now."""
         if not _budgeted(attempt):
             return None

@@ -75,7 +75,7 @@ class Settings(BaseSettings):
     idempotency_lease_s: float = Field(
         default=5.0,
         gt=0,
-        description="Lease of a running side-effecting call: a crashed worker's call is taken "
+        description="Lease every running call holds: a crashed worker's call is taken "
         "over about this long after it stopped renewing (renewed every third of it).",
     )
     idempotency_sweep_s: float = Field(

@@ -14,21 +14,21 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.exceptions
 
 from toolexec.clock import Clock
-from toolexec.connection import fail_fast_client
 from toolexec.fallback.steps import LastGood
 from toolexec.keys import Keys
-from toolexec.layers import Attempt, Outcome, Proceed
+from toolexec.layers import Attempt, Layer, Outcome, Proceed
 from toolexec.normalize import arguments_hash
-from toolexec.registry import Registry, ToolSpec
-from toolexec.settings import Settings
 
-__all__ = ["CachedResult", "LastGoodCache", "LastGoodLayer", "cache_step", "worker_cache"]
+if TYPE_CHECKING:  # a type only: the registry imports the fallback steps
+    from toolexec.registry import Registry, ToolSpec
+
+__all__ = ["CachedResult", "LastGoodCache", "LastGoodLayer", "cache_step"]
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +102,7 @@ class LastGoodCache:
         return found
 
 
-def worker_cache(settings: Settings, url: str, clock: Clock) -> LastGoodCache:
-    """A worker's cache: a client that gives up fast, since storing must not slow a call."""
-    return LastGoodCache(fail_fast_client(url), Keys(settings.key_prefix), clock)
-
-
-class LastGoodLayer:
+class LastGoodLayer(Layer):
     """Stores each success of a tool that has a cache step; never fails the call.
 
     Sits inside the breaker (a refused call stored nothing anyway) and outside
@@ -116,11 +111,13 @@ class LastGoodLayer:
     have added the cache step after the tool's task was made.
     """
 
+    name = "last_good"
+
     def __init__(self, cache: LastGoodCache, registry: Registry | None = None) -> None:
         self.cache = cache
         self.registry = registry
 
-    def __call__(self, attempt: Attempt, proceed: Proceed) -> Outcome:
+    def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         outcome = proceed()
         spec = (self.registry.get(attempt.tool) if self.registry else None) or attempt.spec
         step = cache_step(spec)

@@ -28,15 +28,14 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 import redis
 
 from toolexec.breaker import BreakerPolicy, CircuitBreaker
 from toolexec.breaker.gate import refusal_for
-from toolexec.clock import Clock, SystemClock
-from toolexec.connection import fail_fast_client
+from toolexec.clock import Clock
 from toolexec.context import CallContext
 from toolexec.errors import CircuitOpenError
 from toolexec.execution import error_result
@@ -45,9 +44,11 @@ from toolexec.fallback.state import FALLBACK_TASK, ChainState, falls_back
 from toolexec.fallback.steps import Alternative, Explain, FallbackStep, LastGood, complete_chain
 from toolexec.keys import Keys
 from toolexec.redaction import redact, secret_names, shown_kwargs
-from toolexec.registry import Registry, ToolSpec
 from toolexec.results import ErrorInfo, FallbackInfo, StepNote, ToolResult
 from toolexec.settings import Settings
+
+if TYPE_CHECKING:  # a type only: the registry imports the fallback steps
+    from toolexec.registry import Registry, ToolSpec
 
 __all__ = ["Action", "ChainRunner", "Deliver", "Lookup", "Send", "catalog_lookup"]
 
@@ -104,7 +105,7 @@ def _message(
     key = ctx.idempotency_key
     if key is not None and tool is not None:
         key = key.partition(KEY_JOIN)[0] + KEY_JOIN + tool
-    step_ctx = replace(ctx, previous_delay=None, fallback=state.to_json(), idempotency_key=key)
+    step_ctx = replace(ctx, previous_delay=None, fallback=state, idempotency_key=key)
     return {"arguments": arguments, "context": step_ctx.to_json()}
 
 
@@ -143,11 +144,11 @@ class ChainRunner:
         self.default_queue = default_queue
 
     @classmethod
-    def for_worker(cls, settings: Settings, url: str, registry: Registry) -> ChainRunner:
-        """The chains of a worker's tools, on the worker's Redis and wall clock."""
-        client = fail_fast_client(url)
+    def for_worker(
+        cls, settings: Settings, client: redis.Redis, registry: Registry, clock: Clock
+    ) -> ChainRunner:
+        """The chains of a worker's tools, on the worker's Redis client and clock."""
         keys = Keys(settings.key_prefix)
-        clock = SystemClock()
         breakers = CircuitBreaker(client, keys, on_redis_error=settings.breaker_on_redis_error)
         return cls(
             registry,
@@ -193,7 +194,7 @@ class ChainRunner:
         return self._hand_on(ctx, state)
 
     def _after_alternative(self, spec: ToolSpec, ctx: CallContext, result: ToolResult) -> Action:
-        state = ChainState.from_json(ctx.fallback or {}).ran(result.attempts)
+        state = _state_of(ctx).ran(result.attempts)
         if result.ok:
             answer = result.model_copy(
                 update={
@@ -236,7 +237,7 @@ class ChainRunner:
 
     def explain_now(self, ctx: CallContext, reason: str) -> ToolResult:
         """The chain's last word at once, when its next step cannot be sent (broker down)."""
-        state = ChainState.from_json(ctx.fallback or {})
+        state = _state_of(ctx)
         note = StepNote(source=FALLBACK_TASK, outcome="failed", reason=reason)
         explain = complete_chain(self._chain(state.primary))[-1]
         assert isinstance(explain, Explain)
@@ -249,7 +250,7 @@ class ChainRunner:
 
         ``arguments`` are the call's, as ``toolexec.fallback`` received them.
         """
-        state = ChainState.from_json(ctx.fallback or {})
+        state = _state_of(ctx)
         if state.arguments is None:
             state = replace(state, arguments=arguments)
         chain = self._chain(state.primary)
@@ -405,3 +406,10 @@ def _breaker_refusal(
         policy.get("breaker_key"),
         arguments,
     )
+
+
+def _state_of(ctx: CallContext) -> ChainState:
+    """The chain a fallback step belongs to; only steps of a chain are sent with one."""
+    if ctx.fallback is None:
+        raise ValueError(f"call {ctx.call_id}: a fallback step arrived without its chain")
+    return ctx.fallback

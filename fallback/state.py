@@ -13,13 +13,13 @@ handle the caller already holds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
-
+from toolexec.context import ChainState
 from toolexec.errors import ErrorType
-from toolexec.results import ErrorInfo, StepNote
+from toolexec.results import ErrorInfo
 
 __all__ = ["AGENT_FIXABLE", "FALLBACK_TASK", "ChainState", "falls_back"]
+
+# ChainState lives with the context it travels in; it is this module's subject all the same.
 
 #: The Celery task that starts a chain and runs its cache and explanation steps.
 FALLBACK_TASK = "toolexec.fallback"
@@ -45,72 +45,3 @@ def falls_back(error: ErrorInfo | None) -> bool:
     goes back to the model instead, which can correct the call.
     """
     return error is not None and error.type not in AGENT_FIXABLE
-
-
-@dataclass(frozen=True)
-class ChainState:
-    """One chain in progress; JSON in the call's context.
-
-    ``attempts`` counts every tool body run for the call so far (primary and
-    alternatives); ``hop`` counts the messages the chain has sent, to give
-    each its own task id.
-    """
-
-    primary: str
-    queue: str | None
-    error: ErrorInfo
-    primary_attempts: int
-    arguments: Any
-    attempts: int = 0
-    next: int = 0
-    hop: int = 0
-    tried: tuple[StepNote, ...] = ()
-
-    @classmethod
-    def begin(
-        cls, primary: str, queue: str | None, error: ErrorInfo, attempts: int, arguments: Any
-    ) -> ChainState:
-        return cls(primary, queue, error, attempts, arguments, attempts=attempts)
-
-    def noted(self, note: StepNote) -> ChainState:
-        return replace(self, tried=(*self.tried, note))
-
-    def at(self, index: int) -> ChainState:
-        return replace(self, next=index)
-
-    def sent(self) -> ChainState:
-        return replace(self, hop=self.hop + 1)
-
-    def ran(self, attempts: int) -> ChainState:
-        return replace(self, attempts=self.attempts + attempts)
-
-    def task_id(self, call_id: str) -> str:
-        """The id of the message this chain sends next (after :meth:`sent`)."""
-        return f"{call_id}-fb{self.hop}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "primary": self.primary,
-            "queue": self.queue,
-            "error": self.error.model_dump(mode="json"),
-            "primary_attempts": self.primary_attempts,
-            "arguments": self.arguments,
-            "attempts": self.attempts,
-            "next": self.next,
-            "hop": self.hop,
-            "tried": [note.model_dump(mode="json") for note in self.tried],
-        }
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> ChainState:
-        return cls(
-            primary=raw["primary"],
-            queue=raw.get("queue"),
-            error=ErrorInfo.model_validate(raw["error"]),
-            primary_attempts=int(raw.get("primary_attempts", 0)),
-            arguments=raw.get("arguments"),
-            attempts=int(raw.get("attempts", 0)),
-            next=int(raw.get("next", 0)),
-            hop=int(raw.get("hop", 0)),
-            tried=tuple(StepNote.model_validate(n) for n in raw.get("tried", ())),
-        )

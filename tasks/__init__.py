@@ -15,15 +15,17 @@ from toolexec.registry import default_registry
 from toolexec.tasks import http, lease_sweeper
 from toolexec.tasks.catalog_publisher import on_worker_ready, publish_catalog
 from toolexec.tasks.fallback_task import register_fallback_task
-from toolexec.tasks.tool_task import RetryLater, ToolFailed, ToolTask, register_tool_task
+from toolexec.tasks.runtime import WorkerRuntime, runtime_of
+from toolexec.tasks.tool_task import ToolFailed, ToolTask, register_tool_task
 
 __all__ = [
-    "RetryLater",
     "ToolFailed",
     "ToolTask",
+    "WorkerRuntime",
     "http",
     "publish_catalog",
     "register_tool_task",
+    "runtime_of",
 ]
 
 default_registry.subscribe(lambda spec: register_tool_task(app, spec))

@@ -17,6 +17,7 @@ from toolexec.app import settings_of
 from toolexec.clock import SystemClock
 from toolexec.keys import Keys
 from toolexec.registry import default_registry
+from toolexec.tasks.runtime import runtime_of
 
 __all__ = ["HEARTBEAT_S", "publish_catalog", "start_heartbeat"]
 
@@ -28,12 +29,9 @@ HEARTBEAT_S = 15.0
 
 
 def publish_catalog(celery_app: Celery, worker: str) -> int:
-    from toolexec.tasks.tool_task import worker_state
-
     settings = settings_of(celery_app)
-    state = worker_state(celery_app)
     return catalog.publish(
-        state.redis,
+        runtime_of(celery_app).redis,
         Keys(settings.key_prefix),
         default_registry,
         settings.default_queue,

@@ -94,3 +94,29 @@ def forecast_hurried(city: str, url: str, lite_url: str) -> Any:
 def forecast_guarded(city: str, url: str, lite_url: str) -> Any:
     """Behind a breaker: while it is open, the client starts the chain without running this."""
     return _get(url)
+
+
+@tool(
+    timeout=5,
+    queue=QUEUE,
+    max_attempts=1,
+    breaker=NO_BREAKER,
+    coalesce=True,
+    fallbacks=[Alternative("forecast_lite", arguments=to_lite), Explain(instead=INSTEAD)],
+)
+def forecast_shared(city: str, url: str, lite_url: str) -> Any:
+    """A read that identical calls in flight share; falls back to forecast_lite."""
+    return _get(url)
+
+
+@tool(
+    timeout=5,
+    queue=QUEUE,
+    max_attempts=1,
+    breaker=NO_BREAKER,
+    side_effects=True,
+    fallbacks=[Explain(instead=INSTEAD)],
+)
+def post_alert(city: str, url: str) -> Any:
+    """A write: duplicates with the same idempotency key join the call in flight."""
+    return _get(url)

@@ -102,3 +102,10 @@ def crash_order_blind(
 ) -> dict[str, Any]:
     """Like crash_order, without a check."""
     return _write(order_id, amount, ledger, prepare)
+
+
+@tool(queue="idem_crash", timeout=10, **FAST_RETRY)
+def crash_read(url: str) -> Any:
+    """A plain read-only tool on the crash workers' queue: it holds a lease like every call."""
+    with httpx.Client(timeout=10) as client:
+        return client.get(url).json()

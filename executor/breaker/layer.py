@@ -10,18 +10,20 @@ from __future__ import annotations
 
 from toolexec.breaker.policy import breaker_name, counts_as_failure
 from toolexec.breaker.store import CircuitBreaker
-from toolexec.layers import Attempt, Outcome, Proceed
+from toolexec.layers import Attempt, Layer, Outcome, Proceed
 
 __all__ = ["BreakerLayer"]
 
 
-class BreakerLayer:
+class BreakerLayer(Layer):
     """Admits an attempt through the tool's breaker and records how it went."""
+
+    name = "breaker"
 
     def __init__(self, breakers: CircuitBreaker) -> None:
         self.breakers = breakers
 
-    def __call__(self, attempt: Attempt, proceed: Proceed) -> Outcome:
+    def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         policy = attempt.spec.policy.breaker
         name = breaker_name(attempt.tool, attempt.spec.policy.breaker_key, attempt.arguments)
         admission = self.breakers.acquire(name, policy)

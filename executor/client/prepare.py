@@ -197,7 +197,7 @@ def _fallback_instead(
         return None
     # the arguments travel once, as the message's own (toolexec.fallback reads them there)
     state = ChainState.begin(ctx.tool, policy["queue"], error_info(refusal), 0, None)
-    started = replace(ctx, fallback=state.to_json())
+    started = replace(ctx, fallback=state)
     secrets = secret_names(entry["parameters"])
     return PreparedCall(started, arguments, policy["queue"], None, secrets, task=FALLBACK_TASK)
 

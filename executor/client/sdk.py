@@ -26,8 +26,8 @@ from toolexec.client.payloads import ClientPayloads
 from toolexec.client.prepare import CallPreparer, CallSpec, PreparedCall
 from toolexec.client.publish import publish
 from toolexec.client.waiting import ReplyWaiter
-from toolexec.clock import Clock, SystemClock
-from toolexec.connection import fail_fast_client, redis_client, redis_url
+from toolexec.clock import Clock
+from toolexec.connection import fail_fast_client, fleet_clock, redis_client, redis_url
 from toolexec.guard import RunBudget, RunGuard
 from toolexec.keys import Keys
 from toolexec.payloads import PayloadPage
@@ -76,7 +76,8 @@ class ToolClient:
         self.redis = redis_client(self._url)
         self.keys = Keys(self.settings.key_prefix)
         self.app = celery_app or _create_app(self.settings)
-        self.clock = clock or SystemClock()
+        # the deadline is compared on a worker's host: both read it on Redis TIME
+        self.clock = clock or fleet_clock(self.redis)
         self.breakers = CircuitBreaker(
             fail_fast_client(self._url),
             self.keys,

@@ -26,7 +26,7 @@ from toolexec.errors import (
     ToolException,
     UnavailableError,
 )
-from toolexec.layers import Attempt, Outcome, Proceed
+from toolexec.layers import Attempt, Layer, Outcome, Proceed
 from toolexec.payloads.encoding import Encoded, Index, encode
 from toolexec.payloads.preview import build_preview
 from toolexec.payloads.reader import INDEX_SUFFIX, PayloadReader
@@ -155,12 +155,14 @@ def oversized(value: Any, limit: int) -> Encoded | None:
     return encoded if len(encoded.body) > limit else None
 
 
-class PayloadLayer:
+class PayloadLayer(Layer):
     """Stores a result past its tool's limits and returns a preview and a reference.
 
     It sits inside the breaker and outside fault injection, so a layer that
     records outcomes (idempotency) sees and keeps only the reference.
     """
+
+    name = "payloads"
 
     def __init__(self, offloader: Offloader, settings: Settings) -> None:
         self.offloader = offloader
@@ -173,7 +175,7 @@ class PayloadLayer:
             return max(self.settings.payload_ttl_s, self.settings.idempotency_retention_s)
         return self.settings.payload_ttl_s
 
-    def __call__(self, attempt: Attempt, proceed: Proceed) -> Outcome:
+    def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         outcome = proceed()
         if not outcome.ok or outcome.payload is not None:
             return outcome

@@ -246,3 +246,52 @@ def test_a_call_with_an_idempotency_key_is_still_answered_by_its_alternative(
     # and the caller's key still names the primary's call: a repeat is no mismatch
     again = tx.call("forecast", arguments, timeout=20, idempotency_key=key)
     assert again.ok and again.source == "forecast_lite", again
+
+
+def _joined_while_running(
+    tx: ToolClient, tool: str, arguments: dict[str, str], key: str | None, others: int
+) -> list[ToolResult]:
+    """The first call, then ``others`` identical ones once the first is running."""
+    first = tx.submit(tool, arguments, timeout=20, idempotency_key=key)
+    time.sleep(0.4)  # the primary's service answers after 1.5 s: the others join it
+    rest = [tx.submit(tool, arguments, timeout=20, idempotency_key=key) for _ in range(others)]
+    return [first.result(), *(handle.result() for handle in rest)]
+
+
+def test_coalesced_calls_that_joined_get_the_same_degraded_answer_as_the_one_that_ran(
+    tx: ToolClient, flaky: FlakyServer
+) -> None:
+    # given a shared read whose service fails slowly, and a healthy lite variant
+    main, lite = _urls(flaky, Reply(503, delay=1.5), Reply(200, {"today": "rain"}))
+    arguments = {"city": "Tromso", "url": main, "lite_url": lite}
+
+    # when three identical calls are in flight at once
+    first, *joined = _joined_while_running(tx, "forecast_shared", arguments, None, 2)
+
+    # then the primary ran once, and every caller got the lite variant's degraded answer
+    assert _hits(flaky, main) == 1 and _hits(flaky, lite) == 1
+    assert first.ok and first.degraded and first.source == "forecast_lite", first
+    for result in joined:
+        assert result.ok and result.degraded and result.source == "forecast_lite", result
+        assert result.data == first.data == {"today": "rain"}
+        assert result.fallback is not None and result.fallback.primary_error.type == "unavailable"
+    assert len({r.call_id for r in (first, *joined)}) == 3
+
+
+def test_duplicates_of_a_failing_write_get_the_same_explanation_as_the_call_that_ran(
+    tx: ToolClient, flaky: FlakyServer
+) -> None:
+    # given a write whose service fails slowly, called three times with one idempotency key
+    url = flaky.script(flaky.unique_path("alert"), Reply(503, delay=1.5))
+    key = uuid.uuid4().hex
+
+    # when the duplicates arrive while the first is running
+    first, *joined = _joined_while_running(tx, "post_alert", {"city": "Oslo", "url": url}, key, 2)
+
+    # then the write was attempted once and every caller got the degraded explanation
+    assert _hits(flaky, url) == 1
+    assert first.degraded and first.source == "explanation", first
+    for result in joined:
+        assert result.status == first.status and result.degraded, result
+        assert result.source == "explanation" and result.error == first.error
+    assert len({r.call_id for r in (first, *joined)}) == 3

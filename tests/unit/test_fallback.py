@@ -243,10 +243,10 @@ def test_chain_state_survives_the_trip_through_a_message(clock: ManualClock) -> 
     )
     ctx = CallContext(
         call_id="c", tool="forecast", deadline=1.0, submitted_at=0.0, reply_to="r",
-        fallback=state.at(2).sent().to_json(),
+        fallback=state.at(2).sent(),
     )  # fmt: skip
     back = CallContext.from_json(json.loads(json.dumps(ctx.to_json())))
-    assert ChainState.from_json(back.fallback or {}) == state.at(2).sent()
+    assert back.fallback == state.at(2).sent()
 
 
 # -- the last good result ------------------------------------------------------
@@ -342,7 +342,8 @@ def test_a_final_transient_failure_starts_the_chain_on_the_primary_queue(
         "reply-1",
         ctx.deadline,
     )
-    state = ChainState.from_json(started.fallback or {})
+    state = started.fallback
+    assert state is not None
     assert state.error.type == "unavailable" and state.primary_attempts == 3
     assert action.kwargs["arguments"] == {"city": "Oslo"}
     assert state.arguments is None  # not a second time in the context
@@ -374,7 +375,7 @@ def test_the_first_step_sends_the_alternative_its_mapped_arguments(
     assert action.kwargs["arguments"] == {"place": "Oslo"}
     step_ctx = CallContext.from_json(action.kwargs["context"])
     assert step_ctx.call_id == "call-1" and step_ctx.tool == "forecast"
-    assert ChainState.from_json(step_ctx.fallback or {}).next == 1
+    assert step_ctx.fallback is not None and step_ctx.fallback.next == 1
     assert action.task_id == "call-1-fb2"
 
 
@@ -527,7 +528,7 @@ def test_a_chain_that_reaches_a_worker_without_the_primary_still_explains(
     state = ChainState.begin("elsewhere_only", None, info, 0, {})
     ctx = CallContext(
         call_id="c", tool="elsewhere_only", deadline=clock.now() + 9, submitted_at=clock.now(),
-        reply_to="r", fallback=state.to_json(),
+        reply_to="r", fallback=state,
     )  # fmt: skip
     answer = _delivered(runner.advance(ctx))
     assert answer.source == "explanation" and answer.error is not None

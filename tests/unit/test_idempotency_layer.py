@@ -6,7 +6,6 @@ looks at the verdict, the tool's run count and the record; nothing sleeps.
 
 from __future__ import annotations
 
-import json
 import random
 import socket
 from collections.abc import Callable
@@ -168,14 +167,18 @@ def test_without_a_run_id_only_copies_of_the_same_call_are_deduplicated(
     assert ledger.writes == ["o-1", "o-1"]
 
 
-def test_a_duplicate_in_flight_joins_and_gets_the_outcome_on_its_reply_list(
+def test_a_duplicate_in_flight_joins_and_is_handed_to_the_final_verdict(
     executor: Executor,
     registry: Registry,
     clock: ManualClock,
     rdb: redis.Redis,
     keys: Keys,
 ) -> None:
-    """The duplicate arrives while the first call's body runs; its task ends at once."""
+    """The duplicate arrives while the first call's body runs; its task ends at once.
+
+    The layer delivers nothing itself: the final verdict names the joined call,
+    and the worker's one delivery answers it (tests/integration/test_fallback.py).
+    """
     joined: list[Verdict] = []
 
     def send_email(to: str) -> str:
@@ -183,14 +186,12 @@ def test_a_duplicate_in_flight_joins_and_gets_the_outcome_on_its_reply_list(
         return f"sent to {to}"
 
     spec = register(registry, send_email, side_effects=True)
-    first = final(executor.attempt(spec, {"to": "a@b.c"}, ctx_of(clock, spec, "c1"), 1))
+    verdict = executor.attempt(spec, {"to": "a@b.c"}, ctx_of(clock, spec, "c1"), 1)
 
     assert isinstance(joined[0], NoReply)
-    [raw] = rdb.lrange(keys.reply("reply-c2"), 0, -1)
-    delivered = ToolResult.model_validate(json.loads(raw))
-    assert delivered.call_id == "c2" and delivered.replayed and delivered.attempts == 0
-    assert delivered.data == first.data == "sent to a@b.c"
-    assert rdb.llen(keys.reply("reply-c1")) == 0  # the first call answers through its task
+    assert isinstance(verdict, Final) and verdict.result.data == "sent to a@b.c"
+    assert [(j.call_id, j.reply_to) for j in verdict.joined] == [("c2", "reply-c2")]
+    assert rdb.llen(keys.reply("reply-c2")) == 0 and rdb.llen(keys.reply("reply-c1")) == 0
 
 
 def test_a_write_that_timed_out_without_a_check_ends_unknown_instead_of_retrying(
@@ -352,16 +353,17 @@ def test_coalesced_reads_in_flight_share_one_run_and_nothing_is_cached(
         return f"sunny in {city}"
 
     spec = register(registry, lookup, coalesce=True)
-    first = final(executor.attempt(spec, {"city": "Oslo"}, ctx_of(clock, spec, "c1"), 1))
-    later = final(executor.attempt(spec, {"city": "Oslo"}, ctx_of(clock, spec, "c3"), 1))
+    first = executor.attempt(spec, {"city": "Oslo"}, ctx_of(clock, spec, "c1"), 1)
+    later = executor.attempt(spec, {"city": "Oslo"}, ctx_of(clock, spec, "c3"), 1)
 
     assert isinstance(joined[0], NoReply)
-    shared = ToolResult.model_validate(json.loads(rdb.lpop(keys.reply("reply-c2")) or "{}"))
-    assert shared.data == first.data and shared.replayed
-    assert not later.replayed and runs == ["Oslo", "Oslo"]
+    assert isinstance(first, Final) and first.result.data == "sunny in Oslo"
+    assert [j.call_id for j in first.joined] == ["c2"]
+    assert isinstance(later, Final) and not later.result.replayed and not later.joined
+    assert runs == ["Oslo", "Oslo"]
 
 
-def test_only_side_effects_a_key_or_coalescing_bring_a_call_into_the_layer(
+def test_side_effects_or_a_key_make_a_call_idempotent_and_every_other_call_holds_a_lease(
     registry: Registry, clock: ManualClock
 ) -> None:
     def plain(x: int) -> int:
@@ -379,7 +381,7 @@ def test_only_side_effects_a_key_or_coalescing_bring_a_call_into_the_layer(
         register(registry, read, coalesce=True),
     ]
     modes = [call_mode(spec, ctx_of(clock, spec)) for spec in specs]
-    assert modes == [None, "idempotent", "coalesce"]
+    assert modes == ["lease", "idempotent", "coalesce"]
     keyed = ctx_of(clock, specs[0], idempotency_key="k")
     assert call_mode(specs[0], keyed) == "idempotent"
 
@@ -434,3 +436,54 @@ def test_without_redis_a_write_is_not_run_but_a_coalesced_read_is(
     assert isinstance(refused, Retry) and refused.error.error_type is ErrorType.UNAVAILABLE
     assert ledger.writes == []
     assert answered.ok and answered.data == "sunny in Oslo"
+
+
+def test_a_read_only_call_holds_a_lease_while_it_runs_released_with_its_answer(
+    executor: Executor, store: IdempotencyStore, registry: Registry, clock: ManualClock
+) -> None:
+    """Every call is leased, so a sweeper can hand a dead worker's read on (issue 12)."""
+    seen: list[list[str]] = []
+
+    def lookup(city: str) -> str:
+        clock.advance(LEASE_S * 2)  # the lease has run out: as if this worker had died
+        seen.append(store.due())
+        return f"sunny in {city}"
+
+    spec = register(registry, lookup)
+    verdict = executor.attempt(spec, {"city": "Oslo"}, ctx_of(clock, spec, "r1"), 1)
+
+    record = record_id("lease", _args_hash(spec, {"city": "Oslo"}), ctx_of(clock, spec, "r1"))
+    assert isinstance(verdict, Final) and verdict.result.ok and seen == [[record]]
+    # the lease is released with the delivery, in its round trip (WorkerRuntime.deliver)
+    assert verdict.release is not None and verdict.release.record == record
+    pipe = store.redis.pipeline(transaction=False)
+    store.release(verdict.release, pipe)
+    pipe.execute()
+    assert store.due() == [] and store.snapshot(record) == {}
+
+
+def test_a_dead_workers_read_only_call_is_claimed_for_another_worker_once(
+    store: IdempotencyStore, registry: Registry, clock: ManualClock
+) -> None:
+    def lookup(city: str) -> str:
+        return city
+
+    spec = register(registry, lookup)
+    ctx = ctx_of(clock, spec, "r2")
+    arguments = {"city": "Oslo"}
+    record = record_id("lease", _args_hash(spec, arguments), ctx)
+    claim = store.begin(
+        record,
+        args_hash=_args_hash(spec, arguments),
+        ctx=ctx,
+        mode="lease",
+        has_check=False,
+        message=Message(spec.task_name, "tools", arguments, ctx.to_json(), 1),
+    )
+    assert claim.kind == "acquired"
+
+    clock.advance(LEASE_S + 0.1)
+    [message] = store.claim(store.due())
+
+    assert (message.call_id, message.task, message.arguments) == ("r2", spec.task_name, arguments)
+    assert store.claim(store.due()) == []  # claimed once: held while its message waits

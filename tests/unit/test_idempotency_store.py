@@ -10,7 +10,7 @@ import redis
 
 from toolexec.clock import ManualClock
 from toolexec.context import CallContext
-from toolexec.idempotency import Claim, IdempotencyStore, Lease, Message
+from toolexec.idempotency import Claim, IdempotencyStore, Lease, LeaseKeeper, Message
 from toolexec.keys import Keys
 from toolexec.results import ToolResult
 
@@ -296,3 +296,39 @@ def test_without_a_clock_the_scripts_use_redis_time(rdb: redis.Redis, keys: Keys
     lease_until = float(store.snapshot(RECORD)["lease_until"])
     assert before + LEASE_S - 1 < lease_until < time.time() + LEASE_S + 1
     assert store.due() == []
+
+
+def test_the_lease_keeper_renews_only_leases_held_for_an_interval_and_drops_lost_ones(
+    rdb: redis.Redis, keys: Keys
+) -> None:
+    """One round trip renews every due lease; a call that ends within an interval costs none."""
+    clock = ManualClock()
+    store = IdempotencyStore(rdb, keys, clock=clock, lease_s=3.0)
+    ticks = ManualClock(0.0)
+    keeper = LeaseKeeper(store, 1.0, monotonic=ticks.now)
+    leases = [_acquired(store, clock, f"k{i}") for i in range(3)]
+    keeper.hold(leases[0])
+    ticks.advance(0.6)
+    keeper.hold(leases[1])
+    keeper.hold(leases[2])
+    keeper.drop(leases[2])  # its call ended at once
+
+    ticks.advance(0.5)
+    clock.advance(2.0)
+    assert keeper.renew_due() == []  # only the first was due; it is renewed
+    assert float(store.snapshot(leases[0].record)["lease_until"]) == clock.now() + 3.0
+    assert float(store.snapshot(leases[1].record)["lease_until"]) == clock.now() + 1.0
+
+    clock.advance(1.5)  # the second's lease ran out: a sweeper hands it on
+    assert store.claim(store.due()) != []
+    ticks.advance(0.6)
+    assert keeper.renew_due() == [leases[1]]
+    assert keeper.held() == [leases[0]]
+
+
+def _acquired(store: IdempotencyStore, clock: ManualClock, record: str) -> Lease:
+    ctx = ctx_of(clock, record)
+    message = Message("tools.lookup", "tools", {"city": record}, ctx.to_json(), 1)
+    return held(
+        store.begin(record, args_hash=ARGS, ctx=ctx, mode="lease", has_check=False, message=message)
+    )

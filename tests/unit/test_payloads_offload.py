@@ -92,7 +92,7 @@ def test_a_small_result_passes_through_untouched(
     layer: PayloadLayer, registry: Registry, clock: ManualClock
 ) -> None:
     spec = _spec(registry, _noop)
-    outcome = layer(_attempt(spec, clock), _returns({"answer": 42}))
+    outcome = layer.around(_attempt(spec, clock), _returns({"answer": 42}))
     assert outcome.data == {"answer": 42} and outcome.payload is None
 
 
@@ -104,7 +104,7 @@ def test_a_result_over_the_threshold_is_stored_with_a_preview_in_its_place(
 ) -> None:
     spec = _spec(registry, _noop)
 
-    outcome = layer(_attempt(spec, clock), _returns(BIG_TEXT))
+    outcome = layer.around(_attempt(spec, clock), _returns(BIG_TEXT))
 
     ref = outcome.payload
     assert ref is not None
@@ -120,7 +120,7 @@ def test_a_result_under_the_bytes_but_over_the_token_budget_is_stored(
 ) -> None:
     """300 tokens is ~1 200 bytes: a 5 000-byte result is under 10 000 bytes but too long."""
     spec = _spec(registry, _noop)
-    outcome = layer(_attempt(spec, clock), _returns("w" * 5_000))
+    outcome = layer.around(_attempt(spec, clock), _returns("w" * 5_000))
     assert outcome.payload is not None
 
 
@@ -132,7 +132,7 @@ def test_a_tools_own_limits_override_the_settings(
 
     spec = _spec(registry, roomy, payload_threshold_bytes=500_000, payload_token_budget=100_000)
     assert Limits.for_tool(settings, spec) == Limits(500_000, 100_000)
-    outcome = layer(_attempt(spec, clock), _returns(BIG_TEXT))
+    outcome = layer.around(_attempt(spec, clock), _returns(BIG_TEXT))
     assert outcome.payload is None and outcome.data == BIG_TEXT
 
 
@@ -141,7 +141,7 @@ def test_a_failure_is_not_stored(
 ) -> None:
     spec = _spec(registry, _noop)
     failed = Outcome(failure=UnavailableError("down"))
-    assert layer(_attempt(spec, clock), lambda: failed) is failed
+    assert layer.around(_attempt(spec, clock), lambda: failed) is failed
 
 
 @pytest.mark.parametrize(
@@ -163,7 +163,7 @@ def test_a_store_that_fails_turns_the_result_into_a_failure(
     (tmp_path / "broken").write_text("not a directory")
     spec = _spec(registry, _noop, side_effects=side_effects)
 
-    outcome = PayloadLayer(Offloader(broken, clock), settings)(
+    outcome = PayloadLayer(Offloader(broken, clock), settings).around(
         _attempt(spec, clock), _returns(BIG_TEXT)
     )
 
@@ -198,7 +198,7 @@ def test_load_without_a_client_says_how_to_fetch(
     layer: PayloadLayer, registry: Registry, clock: ManualClock
 ) -> None:
     spec = _spec(registry, _noop)
-    outcome = layer(_attempt(spec, clock), _returns(BIG_TEXT))
+    outcome = layer.around(_attempt(spec, clock), _returns(BIG_TEXT))
     result = ToolResult(
         status="ok", tool="t", call_id="c", data=outcome.data, payload=outcome.payload
     )
@@ -281,7 +281,7 @@ def test_a_side_effecting_tools_payload_lives_as_long_as_its_idempotency_record(
     keeps = settings.model_copy(update={"idempotency_retention_s": 86_400.0})
     layer = PayloadLayer(Offloader(store, clock), keeps)
 
-    outcome = layer(_attempt(spec, clock), _returns(BIG_TEXT))
+    outcome = layer.around(_attempt(spec, clock), _returns(BIG_TEXT))
 
     assert outcome.payload is not None
     assert outcome.payload.expires_at == clock.now() + 86_400

@@ -123,10 +123,10 @@ def test_policy_values_reach_the_tool_policy(registry: Registry) -> None:
     assert policy.to_json()["jitter"] == "decorrelated"
 
 
-def test_a_whole_retry_policy_overrides_the_shortcuts(registry: Registry) -> None:
+def test_a_whole_retry_policy_is_used_as_given(registry: Registry) -> None:
     given = RetryPolicy(max_attempts=7, factor=3.0, jitter=Jitter.EQUAL)
 
-    @tool(registry=registry, retry=given, max_attempts=2)
+    @tool(registry=registry, retry=given)
     def fetch(url: str) -> str:
         return url
 
@@ -261,3 +261,29 @@ def test_subscribe_replays_existing_tools_then_sees_new_ones(registry: Registry)
     assert seen == ["old", "new"]
     assert registry.names() == ["new", "old"]
     assert sorted(spec.name for spec in registry) == ["new", "old"]
+
+
+@pytest.mark.parametrize(
+    "flat",
+    [{"max_attempts": 5}, {"backoff_base": 1.0}, {"backoff_cap": 9.0}, {"jitter": "none"}],
+)
+def test_a_whole_retry_policy_refuses_the_flat_retry_fields_it_would_ignore(
+    registry: Registry, flat: dict[str, Any]
+) -> None:
+    with pytest.raises(ConfigurationError, match="retry= gives the whole retry policy"):
+
+        @tool(registry=registry, retry=RetryPolicy(max_attempts=2), **flat)
+        def fetch(x: int) -> int:
+            return x
+
+
+def test_the_flat_retry_fields_alone_build_the_policy_with_the_defaults_for_the_rest(
+    registry: Registry,
+) -> None:
+    @tool(registry=registry, max_attempts=5, backoff_cap=9.0)
+    def fetch(x: int) -> int:
+        return x
+
+    spec = registry.get("fetch")
+    assert spec is not None
+    assert spec.policy.retry == RetryPolicy(max_attempts=5, cap=9.0)

@@ -45,7 +45,7 @@ def budget(rdb: redis.Redis, clock: ManualClock) -> RetryBudget:
 def executor(budget: RetryBudget, clock: ManualClock) -> Executor:
     layer = RetryBudgetLayer(budget)
     return Executor(
-        runner=Runner(), clock=clock, rng=random.Random(7), layers=[layer], retry_gate=layer
+        runner=Runner(), clock=clock, rng=random.Random(7), layers=[layer]
     )
 
 

@@ -1,0 +1,306 @@
+"""The worker runtime: what one worker process builds once, and its one way out.
+
+This is the composition root of the worker. Everything a task needs is made
+here, once per process (after a prefork child is forked): one Redis client and
+its connection pool, shared by every store; the executor with its layers, in
+the order written in :func:`build_executor`; the fallback chains; the
+observers; the lease sweeper. The tasks hold no state of their own, and no
+module keeps a mutable worker global: the runtime hangs on the Celery app.
+
+It is also the only place where messages leave and answers go out:
+
+* :meth:`WorkerRuntime.dispatch` publishes every task message the worker sends
+  (fallback steps, calls handed over by the sweeper);
+* :meth:`WorkerRuntime.conclude` takes every final verdict, decides whether a
+  fallback chain takes the call over, and otherwise calls
+  :meth:`WorkerRuntime.deliver`, which answers the call and every call that
+  joined it (duplicates of a side-effecting call, coalesced reads) with the
+  same result. A fallback step that answers goes through the same
+  :meth:`deliver` with the joined calls it carried along, so every caller of a
+  shared execution gets the same, possibly degraded, answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from celery import Celery
+
+from toolexec.app import settings_of
+from toolexec.breaker import CircuitBreaker
+from toolexec.breaker.layer import BreakerLayer
+from toolexec.clock import Clock
+from toolexec.connection import fail_fast_client, fleet_clock, redis_url
+from toolexec.context import CallContext
+from toolexec.errors import ErrorType
+from toolexec.execution import Executor, Final, error_result, restamped
+from toolexec.fallback.cache import LastGoodCache, LastGoodLayer
+from toolexec.fallback.chain import Action, ChainRunner, Deliver
+from toolexec.faults import FaultConfig, FaultLayer, FaultStore
+from toolexec.idempotency import IdempotencyLayer, IdempotencyStore, Lease, LeaseSweeper, Message
+from toolexec.keys import Keys
+from toolexec.logs import call_fields
+from toolexec.observe import CallObservers
+from toolexec.ops.metrics import metrics, record_fallback
+from toolexec.payloads import worker_payloads
+from toolexec.ratelimit import RateLimiter, RateLimitLayer, RateLimitPolicy
+from toolexec.registry import Registry, ToolSpec, default_registry
+from toolexec.replies import queue_reply
+from toolexec.results import ErrorInfo, ToolResult
+from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
+from toolexec.settings import Settings
+from toolexec.stats import CallStats
+
+__all__ = [
+    "Publication",
+    "WorkerRuntime",
+    "attempt_number",
+    "build_executor",
+    "runtime_of",
+]
+
+log = logging.getLogger("toolexec.worker")
+
+
+def attempt_number(retries: int, ctx: CallContext) -> int:
+    """This attempt's number: Celery's re-sends, less the rate-limit deferrals among them."""
+    return retries + 1 - ctx.deferrals
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One task message the worker sends; ``shown`` is its redacted ``kwargsrepr``."""
+
+    task: str
+    kwargs: dict[str, Any]
+    task_id: str
+    queue: str | None
+    shown: str
+    retries: int | None = None
+
+
+class WorkerRuntime:
+    """One per worker process; see the module doc."""
+
+    def __init__(
+        self,
+        celery_app: Celery,
+        settings: Settings,
+        *,
+        registry: Registry = default_registry,
+        clock: Clock | None = None,
+        client: redis.Redis | None = None,
+    ) -> None:
+        self.app = celery_app
+        self.settings = settings
+        self.pid = os.getpid()
+        # One pool for every store of this process. Fail fast: a check on the call
+        # path that waits on a dead Redis holds the call longer than failing would.
+        self.redis = client or fail_fast_client(redis_url(settings))
+        # Deadlines are set on the client's host: both read them on Redis TIME.
+        self.clock = clock or fleet_clock(self.redis)
+        self.keys = Keys(settings.key_prefix)
+        self.idempotency = IdempotencyStore(
+            self.redis,
+            self.keys,
+            lease_s=settings.idempotency_lease_s,
+            retention_s=settings.idempotency_retention_s,
+        )
+        self.executor = build_executor(self, registry)
+        self.chains = ChainRunner.for_worker(settings, self.redis, registry, self.clock)
+        stats = CallStats(self.redis, self.keys, lease_ttl_s=settings.visibility_timeout)
+        self.observers = CallObservers(stats if settings.stats else None, metrics(), self.clock)
+
+    # -- the one way out for messages --------------------------------------------
+
+    def dispatch(self, publications: Sequence[Publication]) -> None:
+        """Publish task messages over one producer connection, with results ignored."""
+        with self.app.producer_or_acquire() as producer:
+            for message in publications:
+                options: dict[str, Any] = {}
+                if message.retries is not None:
+                    options["retries"] = message.retries
+                self.app.send_task(
+                    message.task,
+                    kwargs=message.kwargs,
+                    kwargsrepr=message.shown,
+                    task_id=message.task_id,
+                    queue=message.queue,
+                    ignore_result=True,
+                    producer=producer,
+                    **options,
+                )
+
+    # -- the one way out for answers ---------------------------------------------
+
+    def conclude(
+        self, spec: ToolSpec, arguments: Any, ctx: CallContext, final: Final, attempt: int
+    ) -> str:
+        """A call's final verdict: its fallback chain takes it over, or it is delivered."""
+        ctx = ctx.joining(final.joined)
+        action = self.chains.after_final(spec, arguments, ctx, final.result)
+        if action is None:
+            self.deliver(ctx, final.result, attempt, release=final.release)
+            return "answered"
+        if final.release is not None:
+            self.idempotency.release(final.release)
+        # this attempt is over; the call's end is counted by whichever step answers
+        self.observers.withdrawn(spec, ctx, attempt)
+        return self.carry_out(ctx, action, attempt)
+
+    def carry_out(self, ctx: CallContext, action: Action, attempt: int) -> str:
+        """Do what a chain decided; returns what happened, for Flower's result column.
+
+        A step that cannot be sent (the broker refused it) ends the chain with its
+        explanation, delivered at once.
+        """
+        if isinstance(action, Deliver):
+            self.deliver(ctx, action.result, attempt)
+            if action.result.source is not None:
+                record_fallback(action.result.tool, action.result.source)
+            return f"answered from {action.result.source}"
+        try:
+            step = Publication(
+                action.task, action.kwargs, action.task_id, action.queue, action.shown
+            )
+            self.dispatch([step])
+        except Exception as exc:
+            log.exception("could not send fallback step %s of call %s", action.task, ctx.call_id)
+            step_ctx = CallContext.from_json(action.kwargs["context"])
+            reason = f"could not send {action.task} ({type(exc).__name__}: {exc})"
+            self.deliver(ctx, self.chains.explain_now(step_ctx, reason), attempt)
+            return "answered with the explanation: " + reason
+        return f"sent {action.task} ({action.task_id})"
+
+    def deliver(
+        self, ctx: CallContext, result: ToolResult, attempt: int, *, release: Lease | None = None
+    ) -> None:
+        """Answer the call, and with the same result every call that joined it.
+
+        All the answers, and the release of the call's lease if it holds one,
+        go in one round trip.
+        """
+        now = self.clock.now()
+        pipe = self.redis.pipeline(transaction=False)
+        queue_reply(pipe, self.keys, ctx.reply_to, result, max(0.0, ctx.deadline - now))
+        answers = [(ctx, attempt, result)]
+        for joined in ctx.joined:
+            waiter = joined.context(ctx.tool)
+            answer = restamped(result, waiter, now, replayed=True, attempts=0)
+            queue_reply(pipe, self.keys, waiter.reply_to, answer, waiter.deadline - now)
+            answers.append((waiter, 0, answer))
+        if release is not None:
+            self.idempotency.release(release, pipe)
+        # counted before the answer goes out: whoever reads the metrics after the
+        # answer arrived sees the call counted
+        for answered, number, sent in answers:
+            self.observers.finished(answered, number, sent)
+        pipe.execute()
+        for _, _, sent in answers:
+            _log_outcome(sent)
+
+    def fail(self, ctx: CallContext, kind: ErrorType, message: str, attempt: int) -> None:
+        """Answer a call that toolexec itself could not carry on (a bug, a refused retry)."""
+        info = ErrorInfo(
+            type=kind,
+            message=message,
+            retryable=True,
+            suggestion="toolexec itself failed; try again later and report it if it persists.",
+        )
+        now = self.clock.now()
+        self.deliver(ctx, error_result(ctx, info, attempts=attempt, now=now), attempt)
+
+    # -- background work -----------------------------------------------------------
+
+    def start_sweeper(self) -> LeaseSweeper:
+        """Hands calls whose worker died on to live workers (``toolexec.idempotency``)."""
+        sweeper = LeaseSweeper(self.idempotency, self.hand_over, self.settings.idempotency_sweep_s)
+        return sweeper.start()
+
+    def hand_over(self, messages: Sequence[Message]) -> None:
+        """Publish claimed calls as the client would, each under its own call id.
+
+        Celery's ``retries`` carries the attempts already made (the dead worker's
+        included), plus the rate-limit deferrals that Celery also counts as
+        retries, so that the taker's attempt number goes on from there.
+        """
+        self.dispatch(
+            [
+                Publication(
+                    m.task,
+                    m.kwargs(),
+                    m.call_id,
+                    m.queue,
+                    f"{{'call': '{m.call_id}', 'handed over': True}}",
+                    retries=m.attempt + int(m.context.get("deferrals") or 0),
+                )
+                for m in messages
+            ]
+        )
+
+
+def _log_outcome(result: ToolResult) -> None:
+    log.info(
+        "call %s tool=%s run=%s status=%s error=%s attempts=%d elapsed_ms=%.1f",
+        result.call_id,
+        result.tool,
+        result.run_id,
+        result.status,
+        result.error.type if result.error else None,
+        result.attempts,
+        result.elapsed_ms,
+        extra=call_fields(result),
+    )
+
+
+def build_executor(runtime: WorkerRuntime, registry: Registry) -> Executor:
+    """The worker's executor and its layers, outermost first: the order is the design."""
+    settings, client, keys, clock = runtime.settings, runtime.redis, runtime.keys, runtime.clock
+    breakers = CircuitBreaker(client, keys, on_redis_error=settings.breaker_on_redis_error)
+    breakers.add_listener(metrics().on_transition)
+    payloads = worker_payloads(settings, redis_url(settings), clock)
+    limits = {name: RateLimitPolicy.from_json(raw) for name, raw in settings.rate_limits.items()}
+    faults = {name: FaultConfig.from_json(raw) for name, raw in settings.faults.items()}
+    return Executor(
+        clock=clock,
+        layers=[
+            IdempotencyLayer(
+                runtime.idempotency, default_queue=settings.default_queue, clock=clock
+            ),
+            RateLimitLayer(RateLimiter(client, keys), limits, clock=clock),
+            BreakerLayer(breakers),
+            RetryBudgetLayer(RetryBudget(client, keys)),
+            LastGoodLayer(LastGoodCache(client, keys, clock), registry),
+            payloads.layer,
+            FaultLayer(
+                FaultStore(client, keys),
+                enabled=settings.faults_enabled,
+                static=faults,
+                clock=clock,
+            ),
+        ],
+        resolve_arguments=payloads.resolve,
+    )
+
+
+@dataclass
+class _Slot:
+    """Where an app keeps its process's runtime; the lock serialises its first build."""
+
+    lock: threading.Lock
+    runtime: WorkerRuntime | None = None
+
+
+def runtime_of(celery_app: Celery) -> WorkerRuntime:
+    """This process's runtime for ``celery_app``, built on first use (again after a fork)."""
+    slot: _Slot = celery_app.__dict__.setdefault("_toolexec_runtime", _Slot(threading.Lock()))
+    with slot.lock:
+        if slot.runtime is None or slot.runtime.pid != os.getpid():
+            slot.runtime = WorkerRuntime(celery_app, settings_of(celery_app))
+        return slot.runtime
