@@ -54,10 +54,8 @@ All keys share the ``{idem}`` hash tag so that each script's keys sit in one
 Redis Cluster slot; the price is that idempotency records live on one shard.
 """
 
-from toolexec.idempotency.layer import UNKNOWN_SUGGESTION, IdempotencyLayer, as_unknown
+from toolexec.idempotency.layer import IdempotencyLayer, as_unknown
 from toolexec.idempotency.records import (
-    REQUEUE_LEASES,
-    UNCERTAIN_TYPES,
     Claim,
     Finished,
     Lease,
@@ -80,9 +78,6 @@ __all__ = [
     "LeaseSweeper",
     "Message",
     "Mode",
-    "REQUEUE_LEASES",
-    "UNCERTAIN_TYPES",
-    "UNKNOWN_SUGGESTION",
     "as_unknown",
     "call_mode",
     "record_id",
