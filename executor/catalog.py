@@ -65,14 +65,21 @@ def publish(
     default_queue: str,
     worker: str,
     now: float,
+    queues: Iterable[str] = (),
 ) -> int:
-    """Write this worker's tools to the catalog and note the worker as alive."""
+    """Write this worker's tools to the catalog and note the worker as alive.
+
+    The queues it serves are noted in the same transaction, before anyone can
+    see the worker, so no client finds it alive but serving nothing.
+    """
     entries: dict[Any, str] = {
         spec.name: json.dumps(spec.catalog_entry(default_queue), sort_keys=True) for spec in specs
     }
     pipe = client.pipeline(transaction=True)
     if entries:
         pipe.hset(keys.catalog(), mapping=entries)
+    for queue in queues:
+        pipe.zadd(keys.queue_workers(queue), {worker: now})
     pipe.zadd(keys.workers(), {worker: now})
     pipe.execute()
     return len(entries)

@@ -96,6 +96,8 @@ class ErrorType(StrEnum):
     INTERNAL_ERROR = "internal_error"
     CIRCUIT_OPEN = "circuit_open"
     RETRY_BUDGET_EXHAUSTED = "retry_budget_exhausted"
+    # Answered by the client: no live worker serves the tool's queue (toolexec.liveness).
+    NO_WORKER = "no_worker"
     # The run guard's verdicts (toolexec.guard): not failures of a tool, so never retried.
     TOOL_DISABLED = "tool_disabled"
     RUN_ABORTED = "run_aborted"

@@ -26,8 +26,22 @@ class Keys:
         return f"{self.prefix}:catalog"
 
     def workers(self) -> str:
-        """Sorted set: worker hostname scored by its last catalog heartbeat (epoch s)."""
+        """Sorted set: worker hostname scored by its last heartbeat (epoch s).
+
+        No TTL: a worker removes itself when it shuts down cleanly, and members
+        older than :data:`WORKER_FORGET_S` are pruned by every heartbeat, so a
+        killed worker's entry does not stay for ever.
+        """
         return f"{self.prefix}:workers"
+
+    def queue_workers(self, queue: str) -> str:
+        """Sorted set: the workers consuming ``queue``, scored by their last heartbeat.
+
+        Lets a client answer at once when nothing serves a tool's queue. No TTL,
+        pruned like :meth:`workers` (a queue nobody serves any more keeps an
+        empty set, which Redis deletes).
+        """
+        return f"{self.prefix}:workers:{queue}"
 
     def reply(self, reply_to: str) -> str:
         """List a worker pushes final results onto; the caller pops them.
@@ -194,6 +208,10 @@ BUDGET_IDLE_TTL_S = 3_600
 
 #: A fault sequence idle for a day is forgotten (its config stays).
 FAULT_SEQUENCE_TTL_S = 86_400
+
+#: A worker silent this long is forgotten by ``toolexec status`` and the heartbeats:
+#: an hour, long enough for an operator to notice one that died.
+WORKER_FORGET_S = 3_600
 
 #: A reply nobody collects within this long after its deadline is garbage.
 REPLY_TTL_S = 300

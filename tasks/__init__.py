@@ -13,7 +13,11 @@ from celery import signals
 from toolexec.app import app
 from toolexec.registry import default_registry
 from toolexec.tasks import http, lease_sweeper
-from toolexec.tasks.catalog_publisher import on_worker_ready, publish_catalog
+from toolexec.tasks.catalog_publisher import (
+    on_worker_ready,
+    on_worker_shutting_down,
+    publish_catalog,
+)
 from toolexec.tasks.fallback_task import register_fallback_task
 from toolexec.tasks.runtime import WorkerRuntime, runtime_of
 from toolexec.tasks.tool_task import ToolFailed, ToolTask, register_tool_task
@@ -31,5 +35,8 @@ __all__ = [
 default_registry.subscribe(lambda spec: register_tool_task(app, spec))
 register_fallback_task(app)  # toolexec.fallback: starts chains, runs cache and explanation
 signals.worker_ready.connect(on_worker_ready, weak=False)
+# a worker that stops leaves the live set at once (a remote shutdown sends only the second)
+signals.worker_shutting_down.connect(on_worker_shutting_down, weak=False)
+signals.worker_shutdown.connect(on_worker_shutting_down, weak=False)
 # hands calls of a worker that died on to live ones (toolexec.idempotency)
 signals.worker_ready.connect(lease_sweeper.on_worker_ready, weak=False)

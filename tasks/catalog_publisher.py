@@ -1,34 +1,48 @@
-"""Workers publish their catalog when ready, and refresh it while alive.
+"""Workers publish their catalog when ready, beat while alive, and leave when they stop.
 
-Clients read the catalog to validate and route calls, and the heartbeat
-tells them (and ``toolexec`` status views) which workers are alive.
+Clients read the catalog to validate and route calls. The heartbeat
+(:mod:`toolexec.liveness`) tells them, and ``toolexec status``, which workers
+are alive and which queues they serve, so a call to a queue nobody serves is
+answered at once. A worker that stops cleanly removes itself before it
+finishes its last calls (it takes no new ones), so it is never counted alive
+after it has gone.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Celery
 
-from toolexec import catalog
+from toolexec import catalog, liveness
 from toolexec.app import settings_of
 from toolexec.clock import SystemClock
 from toolexec.keys import Keys
 from toolexec.registry import default_registry
 from toolexec.tasks.runtime import runtime_of
 
-__all__ = ["HEARTBEAT_S", "publish_catalog", "start_heartbeat"]
+__all__ = [
+    "CATALOG_EVERY",
+    "HEARTBEAT_S",
+    "Heartbeat",
+    "on_worker_ready",
+    "on_worker_shutting_down",
+    "publish_catalog",
+]
 
 log = logging.getLogger("toolexec.worker")
 
-#: How often a worker refreshes its heartbeat; clients treat a worker silent for
-#: three beats as gone.
-HEARTBEAT_S = 15.0
+HEARTBEAT_S = liveness.HEARTBEAT_S
+
+#: The catalog is written again every this many beats (about 16 s): it changes
+#: only when code does, but a Redis that lost its data must get it back.
+CATALOG_EVERY = 8
 
 
-def publish_catalog(celery_app: Celery, worker: str) -> int:
+def publish_catalog(celery_app: Celery, worker: str, queues: list[str] | None = None) -> int:
     settings = settings_of(celery_app)
     return catalog.publish(
         runtime_of(celery_app).redis,
@@ -37,25 +51,74 @@ def publish_catalog(celery_app: Celery, worker: str) -> int:
         settings.default_queue,
         worker,
         SystemClock().now(),
+        queues or (),
     )
 
 
-def start_heartbeat(celery_app: Celery, worker: str, stop: threading.Event) -> threading.Thread:
-    def beat() -> None:
-        while not stop.wait(HEARTBEAT_S):
-            try:
-                publish_catalog(celery_app, worker)
-            except Exception as exc:  # a missed beat must never stop the worker
-                log.warning("could not refresh the tool catalog: %s", exc)
+def _queues_of(consumer: Any) -> list[str]:
+    """The queues the worker consumes now (``add_consumer`` can change them)."""
+    task_consumer = getattr(consumer, "task_consumer", None)
+    return sorted({queue.name for queue in getattr(task_consumer, "queues", None) or ()})
 
-    thread = threading.Thread(target=beat, name="toolexec-heartbeat", daemon=True)
-    thread.start()
-    return thread
+
+@dataclass
+class Heartbeat:
+    """One worker's beat: its thread, and what it must remove when it stops."""
+
+    celery_app: Celery
+    worker: str
+    consumer: Any
+    stop: threading.Event = field(default_factory=threading.Event)
+    queues: list[str] = field(default_factory=list)
+
+    def beat(self) -> None:
+        self.queues = _queues_of(self.consumer) or self.queues
+        keys = Keys(settings_of(self.celery_app).key_prefix)
+        liveness.beat(
+            runtime_of(self.celery_app).redis, keys, self.worker, self.queues, SystemClock().now()
+        )
+
+    def run(self) -> None:
+        beats = 0
+        while not self.stop.wait(HEARTBEAT_S):
+            beats += 1
+            try:
+                self.beat()
+                if beats % CATALOG_EVERY == 0:
+                    publish_catalog(self.celery_app, self.worker)
+            except Exception as exc:  # a missed beat must never stop the worker
+                log.warning("could not send the worker's heartbeat: %s", exc)
+
+    def leave(self) -> None:
+        """Stop beating and remove the worker from every live set."""
+        self.stop.set()
+        keys = Keys(settings_of(self.celery_app).key_prefix)
+        try:
+            liveness.leave(runtime_of(self.celery_app).redis, keys, self.worker, self.queues)
+        except Exception as exc:  # Redis gone at shutdown: the window drops it within seconds
+            log.warning("could not remove worker %s from the live workers: %s", self.worker, exc)
+
+
+_beating: dict[str, Heartbeat] = {}
 
 
 def on_worker_ready(sender: Any, **_: Any) -> None:
     celery_app = sender.app
     name = sender.hostname
-    count = publish_catalog(celery_app, name)
-    log.info("worker %s published %d tools: %s", name, count, ", ".join(default_registry.names()))
-    start_heartbeat(celery_app, name, threading.Event())
+    heartbeat = Heartbeat(celery_app, name, sender, queues=_queues_of(sender))
+    count = publish_catalog(celery_app, name, heartbeat.queues)
+    _beating[name] = heartbeat
+    log.info(
+        "worker %s published %d tools: %s; serving queues %s",
+        name,
+        count,
+        ", ".join(default_registry.names()),
+        ", ".join(heartbeat.queues) or "-",
+    )
+    threading.Thread(target=heartbeat.run, name="toolexec-heartbeat", daemon=True).start()
+
+
+def on_worker_shutting_down(sender: Any = None, **_: Any) -> None:
+    """Celery's warm or cold shutdown began: this worker takes no new calls."""
+    for name in [sender] if sender in _beating else list(_beating):
+        _beating.pop(name).leave()

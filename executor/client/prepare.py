@@ -1,7 +1,8 @@
 """Everything the client decides before a call is queued, without the tool's code.
 
 Arguments are parsed (a model often sends a JSON string), size-checked and
-validated against the schema in the catalog; the tool's breaker is checked; a
+validated against the schema in the catalog; a live worker must serve the tool's
+queue (else ``no_worker`` at once, not at the deadline); the tool's breaker is checked; a
 large argument is stored apart. A call that fails any of these ends at once with
 a result written for the model, and no queue round trip. While the breaker is
 open, a tool with a fallback chain starts the chain instead.
@@ -24,6 +25,7 @@ from toolexec.context import CallContext
 from toolexec.errors import CircuitOpenError, ErrorType, UsageError
 from toolexec.execution import error_info, error_result
 from toolexec.fallback.state import FALLBACK_TASK, ChainState
+from toolexec.liveness import LiveQueues, no_worker_info
 from toolexec.redaction import secret_names
 from toolexec.results import ErrorInfo, ToolResult
 from toolexec.settings import Settings
@@ -63,12 +65,14 @@ class CallPreparer:
         catalog: CatalogCache,
         breakers: CircuitBreaker,
         payloads: ClientPayloads,
+        live_queues: LiveQueues | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.catalog = catalog
         self.breakers = breakers
         self.payloads = payloads
+        self.live_queues = live_queues
 
     def prepare_many(
         self, calls: Iterable[CallSpec], run_id: str | None, timeout: float | None
@@ -129,7 +133,7 @@ class CallPreparer:
     def _checked(
         self, ctx: CallContext, entry: CatalogEntry, parsed: dict[str, Any]
     ) -> PreparedCall:
-        """The checks that need the tool's catalog entry: schema, breaker, size."""
+        """The checks that need the tool's catalog entry: schema, a live worker, breaker, size."""
         problem = validate_against_schema(parsed, entry["parameters"])
         if problem is not None:
             return self._early(
@@ -138,6 +142,9 @@ class CallPreparer:
                 problem,
                 "Fix the fields named above and call the tool again.",
             )
+        unserved = self._unserved(ctx, entry["policy"]["queue"])
+        if unserved is not None:
+            return unserved
         refusal = self._breaker_refusal(ctx.tool, entry, parsed)
         if refusal is not None:
             chain = _fallback_instead(ctx, entry, parsed, refusal)
@@ -150,6 +157,13 @@ class CallPreparer:
             return self._early(ctx, ErrorType.INVALID_ARGUMENTS, problem, _SEND_A_REFERENCE)
         secrets = secret_names(entry["parameters"])
         return PreparedCall(ctx, inline, entry["policy"]["queue"], None, secrets)
+
+    def _unserved(self, ctx: CallContext, queue: str) -> PreparedCall | None:
+        """No live worker serves the queue: say so now instead of at the deadline."""
+        if self.live_queues is None or self.live_queues.served(queue):
+            return None
+        result = error_result(ctx, no_worker_info(queue), attempts=0, now=self.clock.now())
+        return PreparedCall(ctx, None, None, result)
 
     def _deadline(self, timeout: float | None, now: float) -> float:
         if timeout is None:

@@ -30,6 +30,7 @@ from toolexec.clock import Clock
 from toolexec.connection import fail_fast_client, fleet_clock, redis_client, redis_url
 from toolexec.guard import RunBudget, RunGuard
 from toolexec.keys import Keys
+from toolexec.liveness import LiveQueues
 from toolexec.payloads import PayloadPage
 from toolexec.results import PayloadRef, ToolResult
 from toolexec.settings import Settings
@@ -88,7 +89,12 @@ class ToolClient:
         )
         self.payloads = ClientPayloads(self.settings, self._url, self.clock)
         self.preparer = CallPreparer(
-            self.settings, self.clock, self.catalog_cache, self.breakers, self.payloads
+            self.settings,
+            self.clock,
+            self.catalog_cache,
+            self.breakers,
+            self.payloads,
+            LiveQueues(self.redis, self.keys, self.clock),
         )
         self.waiter = ReplyWaiter(
             self.redis,

@@ -21,13 +21,12 @@ from toolexec.connection import async_redis_client, unavailable
 from toolexec.errors import ErrorType
 from toolexec.execution import error_result
 from toolexec.keys import Keys
+from toolexec.liveness import ALIVE_WINDOW_S
 from toolexec.replies import ReplyBox
 from toolexec.results import ErrorInfo, PayloadRef, ToolResult
 
 __all__ = ["ReplyWaiter"]
 
-#: How recently a worker must have sent a heartbeat to count as seen.
-_ALIVE_S = 60
 
 
 class ReplyWaiter:
@@ -104,11 +103,11 @@ class ReplyWaiter:
     def _no_reply(self, p: PreparedCall) -> ToolResult:
         """No worker answered before the deadline: say why that may be."""
         now = self.clock.now()
-        alive = catalog.workers_seen(self.redis, self.keys, now - _ALIVE_S)
+        alive = catalog.workers_seen(self.redis, self.keys, now - ALIVE_WINDOW_S)
         hint = (
-            f"{len(alive)} worker(s) sent a heartbeat in the last minute"
+            f"{len(alive)} worker(s) sent a heartbeat in the last {ALIVE_WINDOW_S:g} s"
             if alive
-            else "no worker has sent a heartbeat in the last minute"
+            else f"no worker has sent a heartbeat in the last {ALIVE_WINDOW_S:g} s"
         )
         info = ErrorInfo(
             type=ErrorType.DEADLINE_EXCEEDED,

@@ -24,13 +24,12 @@ from toolexec.breaker import CircuitBreaker
 from toolexec.connection import redact_url, redis_client, redis_url, unavailable
 from toolexec.errors import ToolexecError
 from toolexec.keys import Keys
+from toolexec.liveness import workers_alive
 from toolexec.settings import Settings
 from toolexec.stats import CallStats
 
 __all__ = ["amqp_depths", "gather", "queue_names", "redis_depths", "status"]
 
-#: A worker that missed three heartbeats (15 s each, ``toolexec.tasks.catalog_publisher``) is gone.
-ALIVE_WINDOW_S = 45.0
 
 
 def queue_names(catalog: catalog_mod.Catalog, default_queue: str) -> list[str]:
@@ -95,10 +94,7 @@ def _broker_view(broker: str, names: Sequence[str]) -> dict[str, Any]:
 
 
 def _workers(client: redis.Redis, keys: Keys, now: float, pinged: set[str] | None) -> list[Any]:
-    seen: list[tuple[str, float]] = client.zrangebyscore(  # type: ignore[assignment]
-        keys.workers(), now - ALIVE_WINDOW_S, "+inf", withscores=True
-    )
-    names = {str(name): float(at) for name, at in seen}
+    names = dict(workers_alive(client, keys, now))
     for name in pinged or ():
         names.setdefault(name, float("nan"))
     return [

@@ -1,8 +1,9 @@
 """Broken infrastructure gives clear errors or results at the deadline, never a hang.
 
-Redis or broker down: the client raises a typed error within seconds. No
-worker on a tool's queue, or the worker killed mid-call: the caller gets a
-``deadline_exceeded`` result at its deadline (+ reply_grace), saying why.
+Redis or broker down: the client raises a typed error within seconds. No live
+worker on a tool's queue: the caller gets ``no_worker`` at once. The worker
+killed mid-call: the caller gets a ``deadline_exceeded`` result at its
+deadline (+ reply_grace), saying why.
 """
 
 from __future__ import annotations
@@ -85,21 +86,20 @@ def unserved_tool(client: ToolClient, keys: Keys, settings: Settings) -> Iterato
     client.redis.hdel(keys.catalog(), spec.name)
 
 
-def test_call_to_a_queue_no_worker_consumes_ends_at_the_deadline(
-    client: ToolClient, unserved_tool: str, settings: Settings
+def test_call_to_a_queue_no_worker_consumes_is_answered_at_once(
+    client: ToolClient, unserved_tool: str
 ) -> None:
-    """Given a tool whose queue has no consumer, the caller gets deadline_exceeded, not a hang."""
+    """Given a tool whose queue no live worker serves, the caller gets no_worker at once."""
     start = time.monotonic()
-    result = client.call(unserved_tool, {}, timeout=1.5)
+    result = client.call(unserved_tool, {}, timeout=5)
     took = time.monotonic() - start
 
     assert result.error is not None
-    assert result.error.type == ErrorType.DEADLINE_EXCEEDED
+    assert result.error.type == ErrorType.NO_WORKER
     assert "queue 'nobody'" in result.error.message
-    assert "worker" in result.error.message
     assert result.error.retryable is True
     assert result.attempts == 0
-    assert 1.5 <= took < 1.5 + settings.reply_grace + 1.0
+    assert took < 1.0
 
 
 @pytest.fixture
@@ -164,3 +164,31 @@ def test_worker_killed_mid_call_leaves_the_caller_a_deadline_result(
     assert 4.0 <= took < 4.0 + settings.reply_grace + 1.0
     assert fresh.status == "ok", fresh
     assert len(flaky.hits(path)) == 2  # the killed call ran once and was not redelivered
+
+
+def test_a_worker_stopped_cleanly_is_gone_at_once_and_calls_say_so(
+    settings: Settings, lonely_env: dict[str, str], keys: Keys, tmp_path: Path
+) -> None:
+    """Given the only worker of a queue stopped with SIGTERM, it leaves the live sets at once.
+
+    Nothing waits for its heartbeat to age: the next call is answered no_worker
+    at once, and ``toolexec status`` no longer lists it.
+    """
+    from toolexec.status import gather
+
+    lonely = _lonely_worker(lonely_env, settings, tmp_path / "lonely.log")
+    with ToolClient(settings) as before:
+        assert before.redis.zscore(keys.queue_workers(LONELY_QUEUE), lonely.hostname) is not None
+        assert lonely.hostname in [w["name"] for w in gather(settings)["workers"]]
+
+    lonely.stop()
+
+    with ToolClient(settings) as after:
+        assert after.redis.zscore(keys.workers(), lonely.hostname) is None
+        assert after.redis.zscore(keys.queue_workers(LONELY_QUEUE), lonely.hostname) is None
+        start = time.monotonic()
+        result = after.call("linger", {"url": "http://127.0.0.1:9/", "seconds": 0}, timeout=10)
+        took = time.monotonic() - start
+    assert result.error is not None and result.error.type == ErrorType.NO_WORKER, result
+    assert took < 1.0
+    assert lonely.hostname not in [w["name"] for w in gather(settings)["workers"]]
