@@ -40,9 +40,7 @@ HEARTBEAT_S = 2.0
 ALIVE_WINDOW_S = 3 * HEARTBEAT_S
 
 
-def beat(
-    client: redis.Redis, keys: Keys, worker: str, queues: Iterable[str], now: float
-) -> None:
+def beat(client: redis.Redis, keys: Keys, worker: str, queues: Iterable[str], now: float) -> None:
     """Note ``worker`` as alive and serving ``queues``, and forget long-silent workers."""
     pipe = client.pipeline(transaction=False)
     for key in (keys.workers(), *(keys.queue_workers(q) for q in queues)):
@@ -108,7 +106,6 @@ def no_worker_info(queue: str) -> ErrorInfo:
             f"no worker is serving this tool's queue {queue!r} (none sent a heartbeat in the "
             f"last {ALIVE_WINDOW_S:g} s); the call was not made"
         ),
-        suggestion="The tool is not available right now; try again later or continue "
-        "without it.",
+        suggestion="The tool is not available right now; try again later or continue without it.",
         retryable=True,
     )

@@ -21,9 +21,19 @@ from pydantic import Field
 
 from toolexec.breaker import BreakerPolicy
 from toolexec.errors import ToolException
+from toolexec.fallback import Alternative
 from toolexec.registry import tool
 
-__all__ = ["SERVICE_URL_ENV", "get_weather", "query_order"]
+__all__ = [
+    "SERVICE_URL_ENV",
+    "check_stock",
+    "create_order",
+    "fetch_logs",
+    "get_weather",
+    "query_order",
+    "search_products",
+    "search_products_lite",
+]
 
 #: Where the demo tells its worker the local service listens.
 SERVICE_URL_ENV = "TOOLEXEC_DEMO_SERVICE_URL"
@@ -47,6 +57,13 @@ def _service_url(path: str) -> str:
 def _get_json(path: str) -> Any:
     with httpx.Client(timeout=_HTTP_TIMEOUT_S) as http:
         response = http.get(_service_url(path))
+        response.raise_for_status()
+    return response.json()
+
+
+def _post_json(path: str, body: dict[str, Any]) -> Any:
+    with httpx.Client(timeout=_HTTP_TIMEOUT_S) as http:
+        response = http.post(_service_url(path), json=body)
         response.raise_for_status()
     return response.json()
 
@@ -81,3 +98,60 @@ def query_order(
     """Look up an order: its status, items and expected delivery date."""
     order: dict[str, Any] = _get_json(f"/orders/{quote(order_id)}")
     return order
+
+
+#: Opens after two failed calls in a row, so the demo shows the third failing fast.
+_STOCK_BREAKER = BreakerPolicy(consecutive_failures=2, failure_rate=None, open_s=30)
+
+
+@tool(timeout=1.0, max_attempts=1, breaker=_STOCK_BREAKER)
+def check_stock(
+    sku: Annotated[str, Field(description="Product code, e.g. 'SKU-7'.")],
+) -> dict[str, Any]:
+    """How many of a product are in stock, per warehouse."""
+    stock: dict[str, Any] = _get_json(f"/stock/{quote(sku)}")
+    return stock
+
+
+@tool(timeout=1.0, max_attempts=2, backoff_base=0.1, backoff_cap=0.2)
+def search_products_lite(query: str) -> list[dict[str, Any]]:
+    """A smaller product index, refreshed hourly: what search_products falls back to."""
+    hits: list[dict[str, Any]] = _get_json(f"/search-lite/{quote(query)}")
+    return hits
+
+
+@tool(
+    timeout=1.0,
+    max_attempts=2,
+    backoff_base=0.1,
+    backoff_cap=0.2,
+    fallbacks=[Alternative("search_products_lite")],
+)
+def search_products(
+    query: Annotated[str, Field(description="What the customer is looking for.")],
+) -> list[dict[str, Any]]:
+    """Search the product catalogue; the best matches first."""
+    hits: list[dict[str, Any]] = _get_json(f"/search/{quote(query)}")
+    return hits
+
+
+@tool(timeout=2.0, max_attempts=2, backoff_base=0.1, backoff_cap=0.2, side_effects=True)
+def create_order(
+    order_id: Annotated[str, Field(description="A new order id, e.g. 'C-3003'.")],
+    sku: str,
+    quantity: int = 1,
+) -> dict[str, Any]:
+    """Place an order. Runs at most once per run and arguments, however often it is asked."""
+    order: dict[str, Any] = _post_json(
+        "/orders", {"order_id": order_id, "sku": sku, "quantity": quantity}
+    )
+    return order
+
+
+@tool(timeout=3.0, max_attempts=1)
+def fetch_logs(
+    service: Annotated[str, Field(description="Service whose recent log lines to read.")],
+) -> str:
+    """The service's log of the last hour, as text (it can be long)."""
+    lines: list[str] = _get_json(f"/logs/{quote(service)}")
+    return "\n".join(lines)

@@ -1,11 +1,15 @@
 """``toolexec demo``: a scripted agent against a service that misbehaves on purpose.
 
 The demo starts what a deployment runs (Redis, a real worker process, a tool
-backend) and sends the calls an agent would: a service that fails twice, a
-rate limit with Retry-After, a backend slower than the tool's limit, a
-missing record, an argument the model invented, a tool it invented, and a
+backend) and sends the calls an agent would, one scenario per layer of the
+defence: a service that fails twice, a rate limit with Retry-After, a backend
+slower than the tool's limit, a missing record, an argument the model
+invented, a tool it invented, a circuit breaker that opens and fails fast, a
+fallback answer marked degraded, a write asked twice and run once, a result
+too large for the model's context, a looping agent the run guard stops, and a
 parallel fan-out. Each call declares how it must end, so the demo is also a
-check: it exits 1 and names the broken expectation if one is not met.
+check: it exits 1 and names the broken expectation if one is not met. Below
+the table, one line per scenario shows what the model received.
 
 A demo may share a server with a real deployment, so it works under its own
 key prefix and queue, and every process it started is stopped in a
@@ -22,7 +26,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import redis
 from rich import box
@@ -34,10 +38,12 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
+from toolexec.adapters import run_round
 from toolexec.client import ToolClient
 from toolexec.connection import redact_url, redis_client, unavailable
 from toolexec.embedded import EmbeddedServer, ensure_embedded, stop_embedded
 from toolexec.errors import ErrorType
+from toolexec.guard import RunBudget
 from toolexec.results import Status, ToolResult
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply, WorkerProcess
@@ -64,6 +70,11 @@ class Expect:
     error: ErrorType | None = None
     attempts: int | None = None
     min_elapsed_s: float = 0.0
+    max_elapsed_s: float | None = None
+    #: The layer that must show in the result: replayed, from a fallback, offloaded.
+    replayed: bool = False
+    source: str | None = None
+    offloaded: bool = False
 
     def describe(self) -> str:
         outcome = str(self.error) if self.error else self.status
@@ -76,11 +87,27 @@ class Expect:
             self.attempts is not None and result.attempts != self.attempts
         ):
             found.append(f"expected {self.describe()}, got {_outcome(result)}")
-        if result.elapsed_ms / 1000 < self.min_elapsed_s:
+        return found + self._timing(result) + self._layers(result)
+
+    def _timing(self, result: ToolResult) -> list[str]:
+        took = result.elapsed_ms / 1000
+        if took < self.min_elapsed_s:
+            return [f"expected it to take at least {self.min_elapsed_s:g} s, it took {took:.2f} s"]
+        if self.max_elapsed_s is not None and took > self.max_elapsed_s:
+            return [f"expected it to take at most {self.max_elapsed_s:g} s, it took {took:.2f} s"]
+        return []
+
+    def _layers(self, result: ToolResult) -> list[str]:
+        found = []
+        if result.replayed != self.replayed:
+            found.append(f"expected replayed={self.replayed}, got {result.replayed}")
+        if (result.degraded, result.source) != (self.source is not None, self.source):
             found.append(
-                f"expected it to take at least {self.min_elapsed_s:g} s, "
-                f"it took {result.elapsed_ms / 1000:.2f} s"
+                f"expected the answer from {self.source or 'the tool'}, "
+                f"got degraded={result.degraded} source={result.source}"
             )
+        if (result.payload is not None) != self.offloaded:
+            found.append(f"expected offloaded={self.offloaded}, got {result.payload is not None}")
         return found
 
 
@@ -104,8 +131,11 @@ class DemoCall:
 class Step:
     """A scenario: how the service will answer, and the calls that meet it.
 
-    Several calls are sent together with ``call_many``; ``max_wall_s`` then
-    checks that they really ran in parallel.
+    ``mode`` says how the calls go out: ``batch`` sends them together with
+    ``call_many`` (``max_wall_s`` then checks that they really ran in
+    parallel), ``sequence`` one after another, ``rounds`` one model turn each
+    under a run guard (``toolexec.guard``), as an agent loop would. ``hits``
+    is how many requests each path of the service must have seen afterwards.
     """
 
     scenario: str
@@ -113,11 +143,22 @@ class Step:
     script: dict[str, tuple[Reply, ...]] = field(default_factory=dict)
     max_wall_s: float | None = None
     show_model_view: bool = False
+    mode: Literal["batch", "sequence", "rounds"] = "batch"
+    hits: dict[str, int] = field(default_factory=dict)
 
     def wall_problems(self, wall_s: float) -> list[str]:
         if self.max_wall_s is None or wall_s <= self.max_wall_s:
             return []
         return [f"the batch took {wall_s:.2f} s; in parallel it takes under {self.max_wall_s:g} s"]
+
+    def hit_problems(self, service: FlakyServer | None) -> list[str]:
+        if service is None:
+            return []
+        return [
+            f"the service saw {len(service.hits(path))} request(s) to {path}, not {count}"
+            for path, count in self.hits.items()
+            if len(service.hits(path)) != count
+        ]
 
 
 def _fails(kind: ErrorType, attempts: int) -> Expect:
@@ -135,6 +176,103 @@ _FAN_OUT = {
     "Quito": (14.0, "showers"),
 }
 _FAN_OUT_DELAY_S = 0.5
+
+#: The log ``fetch_logs`` reads: about 190 KB, far past what a model should be
+#: handed (600 tokens by default), with a few warnings and errors to find.
+_LOG_LINES = 2_500
+
+
+def _log_lines() -> list[str]:
+    lines = []
+    for n in range(_LOG_LINES):
+        level = "ERROR" if n % 997 == 500 else "WARN" if n % 331 == 100 else "INFO"
+        lines.append(
+            f"2026-12-01T10:{n // 60 % 60:02d}:{n % 60:02d}Z {level} checkout "
+            f"request {n:05d} handled in {(n * 37) % 900 + 12} ms"
+        )
+    return lines
+
+
+def _repeated(
+    tool: str, arguments: dict[str, Any], label: str, expects: list[Expect]
+) -> tuple[DemoCall, ...]:
+    """The same call several times, each row labelled with its turn."""
+    return tuple(
+        DemoCall(tool, arguments, expect, label=f"{label} #{n}")
+        for n, expect in enumerate(expects, start=1)
+    )
+
+
+def _defence_steps() -> list[Step]:
+    """The layers that act across calls: breaker, fallback, idempotency, offload, run guard."""
+    return [
+        Step(
+            "stock service down: 2 failed calls open the breaker, the 3rd fails fast",
+            _repeated(
+                "check_stock",
+                {"sku": "SKU-7"},
+                'check_stock(sku="SKU-7")',
+                [
+                    _fails(ErrorType.UNAVAILABLE, 1),
+                    _fails(ErrorType.UNAVAILABLE, 1),
+                    Expect("error", ErrorType.CIRCUIT_OPEN, 0, max_elapsed_s=0.5),
+                ],
+            ),
+            {"/stock/SKU-7": (Reply(503),)},
+            mode="sequence",
+            hits={"/stock/SKU-7": 2},
+        ),
+        Step(
+            "search keeps failing; its fallback, a lighter index, answers",
+            (
+                DemoCall(
+                    "search_products", {"query": "boots"}, Expect(source="search_products_lite")
+                ),
+            ),
+            {
+                "/search/boots": (Reply(503),),
+                "/search-lite/boots": (
+                    Reply(200, [{"sku": "SKU-7", "name": "Rain boots", "price": 49.0}]),
+                ),
+            },
+            hits={"/search/boots": 2},
+        ),
+        Step(
+            "the agent places the same order twice: it is made once",
+            _repeated(
+                "create_order",
+                {"order_id": "C-3003", "sku": "SKU-7"},
+                'create_order(order_id="C-3003", …)',
+                [Expect(attempts=1), Expect(replayed=True)],
+            ),
+            {"/orders": (Reply(201, {"order_id": "C-3003", "status": "placed"}),)},
+            mode="sequence",
+            hits={"/orders": 1},
+        ),
+        Step(
+            f"a log of {_LOG_LINES:,} lines: stored apart, the model gets a preview",
+            (DemoCall("fetch_logs", {"service": "checkout"}, Expect(attempts=1, offloaded=True)),),
+            {"/logs/checkout": (Reply(200, _log_lines()),)},
+        ),
+        Step(
+            "a looping agent asks for the same order every turn; the run guard stops it",
+            _repeated(
+                "query_order",
+                {"order_id": "B-2002"},
+                'query_order(order_id="B-2002") turn',
+                [
+                    Expect(attempts=1),
+                    Expect(attempts=1),
+                    Expect(attempts=1),
+                    _fails(ErrorType.TOOL_DISABLED, 0),
+                    _fails(ErrorType.RUN_ABORTED, 0),
+                ],
+            ),
+            {"/orders/B-2002": (Reply(200, {"order_id": "B-2002", "status": "processing"}),)},
+            mode="rounds",
+            hits={"/orders/B-2002": 3},
+        ),
+    ]
 
 
 def scenarios(service_url: str) -> list[Step]:
@@ -184,6 +322,7 @@ def scenarios(service_url: str) -> list[Step]:
             "the model invents a tool",
             (DemoCall("get_stock_price", {"symbol": "ACME"}, _fails(ErrorType.UNKNOWN_TOOL, 0)),),
         ),
+        *_defence_steps(),
         Step(
             "built-in http_request: 502 once, then 200",
             (
@@ -220,9 +359,12 @@ class Row:
     call: DemoCall
     result: ToolResult | None = None
     problems: list[str] = field(default_factory=list)
+    #: What the model read: the result, with the run guard's note when it added one.
+    model: dict[str, Any] = field(default_factory=dict)
 
-    def finish(self, result: ToolResult, extra: list[str]) -> None:
+    def finish(self, result: ToolResult, extra: list[str], model: dict[str, Any]) -> None:
         self.problems = self.call.expect.problems(result) + extra
+        self.model = model
         self.result = result
 
     @property
@@ -242,17 +384,47 @@ def _attempts(count: int | None) -> str:
     return f"after {count} attempt" + ("" if count == 1 else "s")
 
 
-def _run_step(client: ToolClient, step: Step, rows: list[Row], run_id: str) -> None:
+def _run_step(
+    client: ToolClient, step: Step, rows: list[Row], run_id: str, service: FlakyServer | None
+) -> None:
     start = time.monotonic()
-    if len(step.calls) == 1:
-        call = step.calls[0]
-        results = [client.call(call.tool, call.arguments, run_id=run_id, timeout=_CALL_TIMEOUT_S)]
+    if step.mode == "rounds":
+        views = _run_rounds(client, step)
+    elif step.mode == "sequence" or len(step.calls) == 1:
+        views = [
+            _plain(client.call(call.tool, call.arguments, run_id=run_id, timeout=_CALL_TIMEOUT_S))
+            for call in step.calls
+        ]
     else:
         pairs = [(call.tool, call.arguments) for call in step.calls]
         results = client.call_many(pairs, run_id=run_id, timeout=_CALL_TIMEOUT_S)
-    extra = step.wall_problems(time.monotonic() - start)
-    for row, result in zip(rows, results, strict=True):
-        row.finish(result, extra)
+        views = [_plain(result) for result in results]
+    extra = step.wall_problems(time.monotonic() - start) + step.hit_problems(service)
+    for row, (result, model) in zip(rows, views, strict=True):
+        row.finish(result, extra, model)
+
+
+def _plain(result: ToolResult) -> tuple[ToolResult, dict[str, Any]]:
+    return result, result.for_model()
+
+
+#: The guard of the looping-agent scenario: a call repeated 3 times in 10 is a loop.
+_GUARD_BUDGET = RunBudget(max_steps=10, repeat_threshold=3, repeat_window=10)
+
+
+def _run_rounds(client: ToolClient, step: Step) -> list[tuple[ToolResult, dict[str, Any]]]:
+    """Each call is one model turn through ``run_round`` under a run guard of its own."""
+    guard = client.run_guard(f"demo-loop-{uuid.uuid4().hex[:8]}", _GUARD_BUDGET)
+    views = []
+    for n, call in enumerate(step.calls):
+        tool_call = {
+            "id": f"call_{n}",
+            "type": "function",
+            "function": {"name": call.tool, "arguments": json.dumps(call.arguments)},
+        }
+        outcome = run_round(client, [tool_call], guard=guard, timeout=_CALL_TIMEOUT_S).outcomes[0]
+        views.append((outcome.result, outcome.for_model()))
+    return views
 
 
 class _Progress:
@@ -290,7 +462,11 @@ def _short(row: Row) -> str:
 
 
 def _run_script(
-    console: Console, client: ToolClient, steps: list[Step], before_step: Callable[[], None]
+    console: Console,
+    client: ToolClient,
+    steps: list[Step],
+    before_step: Callable[[], None],
+    service: FlakyServer | None = None,
 ) -> list[Row]:
     rows = [Row(step, call) for step in steps for call in step.calls]
     progress = _Progress(rows)
@@ -300,7 +476,7 @@ def _run_script(
             before_step()
             progress.running = step
             mine = [row for row in rows if row.step is step]
-            _run_step(client, step, mine, run_id)
+            _run_step(client, step, mine, run_id, service)
             if not console.is_terminal:  # no live view in a log: one line per call
                 for row in mine:
                     console.print(_mark(row), escape(row.call.describe()), "·", _short(row))
@@ -348,8 +524,26 @@ def _call_cell(row: Row, first_of_step: bool) -> Text:
     return cell
 
 
-def _status_cell(result: ToolResult) -> Text:
-    return Text(result.status, style="green" if result.ok else "red")
+def _status_cell(result: ToolResult, model: dict[str, Any]) -> Text:
+    cell = Text(result.status, style="green" if result.ok else "red")
+    tags = _layer_tags(result, model)
+    if tags:
+        cell.append(f" ({', '.join(tags)})", style="yellow")
+    return cell
+
+
+def _layer_tags(result: ToolResult, model: dict[str, Any]) -> list[str]:
+    """The layers that shaped an answer the model still reads as ok."""
+    tags = []
+    if result.replayed:
+        tags.append("replayed")
+    if result.degraded:
+        tags.append("degraded")
+    if result.payload is not None:
+        tags.append(f"offloaded {result.payload.size_bytes / 1000:,.0f} kB")
+    if "guard" in model:
+        tags.append("nudged")
+    return tags
 
 
 def _wide_cells(row: Row, result: ToolResult, first_of_step: bool) -> list[RenderableType]:
@@ -358,7 +552,7 @@ def _wide_cells(row: Row, result: ToolResult, first_of_step: bool) -> list[Rende
         _mark(row),
         _call_cell(row, first_of_step),
         str(result.attempts),
-        _status_cell(result),
+        _status_cell(result, row.model),
         str(error.type) if error else "—",
         (error.suggestion or "—") if error else "—",
         _seconds(result),
@@ -371,7 +565,7 @@ def _narrow_cells(row: Row, result: ToolResult, first_of_step: bool) -> list[Ren
     call = _call_cell(row, first_of_step)
     if error is not None and error.suggestion:
         call.append(f"\n→ {error.suggestion}", style="italic")
-    outcome = Text(str(error.type), style="red") if error else _status_cell(result)
+    outcome = Text(str(error.type), style="red") if error else _status_cell(result, row.model)
     return [_mark(row), call, str(result.attempts), outcome, _seconds(result)]
 
 
@@ -394,9 +588,44 @@ def _print_model_view(console: Console, rows: list[Row]) -> None:
             return
 
 
+#: Strings longer than this are cut in the one-line views: the line is a glimpse.
+_BRIEF_CHARS = 48
+
+
+def _brief(value: Any) -> str:
+    """JSON of ``value`` with long strings cut and long lists shortened, for one line."""
+    if isinstance(value, dict):
+        inner = ", ".join(f"{json.dumps(k)}: {_brief(v)}" for k, v in value.items())
+        return "{" + inner + "}"
+    if isinstance(value, list):
+        items = [_brief(item) for item in value[:2]]
+        if len(value) > 2:
+            items.append(f"…{len(value) - 2} more")
+        return "[" + ", ".join(items) + "]"
+    if isinstance(value, str) and len(value) > _BRIEF_CHARS:
+        value = value[: _BRIEF_CHARS - 1] + "…"
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _print_model_lines(console: Console, rows: list[Row]) -> None:
+    """One line per scenario: what the model received from its last call."""
+    console.print("[bold]What the model received[/] (the last call of each scenario):")
+    last: dict[int, Row] = {}
+    for row in rows:
+        if row.result is not None:
+            last[id(row.step)] = row
+    for row in last.values():
+        line = Text("  ")
+        line.append(row.call.describe(), style="dim")
+        line.append(" → " + _brief(row.model))
+        console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
+    console.print()
+
+
 def _print_report(console: Console, rows: list[Row]) -> None:
     console.print()
     console.print(_final_table(rows, console.width))
+    _print_model_lines(console, rows)
     _print_model_view(console, rows)
 
 
@@ -615,7 +844,7 @@ def _demo(services: _Services, console: Console) -> list[Row]:
         services.start_worker(services.service.url)
     console.print()
     with ToolClient(services.settings()) as client:
-        rows = _run_script(console, client, steps, services.check_worker)
+        rows = _run_script(console, client, steps, services.check_worker, services.service)
     _print_report(console, rows)
     return rows
 

@@ -67,12 +67,30 @@ def _assert_all_stopped(valkey_pid: int, worker_pid: int, data_dir: Path) -> Non
     assert not (data_dir / "valkey" / "url").exists()
 
 
+def _table_match(output: str, call: str) -> re.Match[str]:
+    table = output.split("What the agent got back", 1)[1].split("What the model received")[0]
+    row = re.search(re.escape(call) + r"\s+(\d+)\s+(ok|error)(?: \(([^)]*)\))?\s+(\S+)", table)
+    assert row, f"no row for {call} in:\n{table}"
+    return row
+
+
 def _table_row(output: str, call: str) -> tuple[int, str, str]:
     """(attempts, outcome, error type) of ``call`` in the final table."""
-    table = output.split("What the agent got back", 1)[1]
-    row = re.search(re.escape(call) + r"\s+(\d+)\s+(ok|error)\s+(\S+)", table)
-    assert row, f"no row for {call} in:\n{table}"
-    return int(row.group(1)), row.group(2), row.group(3)
+    row = _table_match(output, call)
+    return int(row.group(1)), row.group(2), row.group(4)
+
+
+def _tags(output: str, call: str) -> str | None:
+    """What the outcome column says about the layers that shaped an ok answer."""
+    return _table_match(output, call).group(3)
+
+
+def _model_line(output: str, call: str) -> str:
+    """The one line saying what the model received in the scenario that ends with ``call``."""
+    lines = output.split("What the model received", 1)[1].splitlines()
+    found = [line for line in lines if line.strip().startswith(call + " → ")]
+    assert found, f"no model line for {call} in:\n" + "\n".join(lines)
+    return found[0]
 
 
 def test_demo_meets_every_expectation_and_stops_what_it_started(tmp_path: Path) -> None:
@@ -90,7 +108,9 @@ def test_demo_meets_every_expectation_and_stops_what_it_started(tmp_path: Path) 
 
     # Then every scripted call ended as declared
     assert done.returncode == 0, output + done.stderr
-    assert re.search(r"✓ all \d+ calls ended as expected", output), output
+    ended = re.search(r"✓ all 23 calls ended as expected in ([\d.]+) s", output)
+    assert ended, output
+    assert float(ended.group(1)) < 60, "the demo must stay well under a minute"
     # ... 503 twice and 429-with-Retry-After end ok after their retries, not as errors
     assert _table_row(output, 'get_weather(city="Oslo")') == (3, "ok", "—")
     assert _table_row(output, 'query_order(order_id="A-1001")') == (2, "ok", "—")
@@ -106,6 +126,41 @@ def test_demo_meets_every_expectation_and_stops_what_it_started(tmp_path: Path) 
     assert _table_row(output, 'get_stock_price(symbol="ACME")') == (0, "error", "unknown_tool")
     for city in ("Paris", "Tokyo", "Nairobi", "Quito"):
         assert _table_row(output, f'get_weather(city="{city}", unit="f")') == (1, "ok", "—")
+
+    # ... the breaker opens after two failed calls, and the third fails fast without an attempt
+    stock = 'check_stock(sku="SKU-7")'
+    assert _table_row(output, f"{stock} #1") == (1, "error", "unavailable")
+    assert _table_row(output, f"{stock} #2") == (1, "error", "unavailable")
+    assert _table_row(output, f"{stock} #3") == (0, "error", "circuit_open")
+    assert '"type": "circuit_open"' in _model_line(output, f"{stock} #3")
+    # ... a fallback answers, and the model is told the answer is degraded and where it came from
+    search = 'search_products(query="boots")'
+    assert _table_row(output, search)[1:] == ("ok", "—") and _tags(output, search) == "degraded"
+    assert '"degraded": true, "source": "search_products_lite"' in _model_line(output, search)
+    # ... the same order placed twice is made once: the second call is a replay
+    order = 'create_order(order_id="C-3003", …)'
+    assert _table_row(output, f"{order} #1") == (1, "ok", "—")
+    assert _tags(output, f"{order} #1") is None
+    assert _tags(output, f"{order} #2") == "replayed"
+    assert '"replayed": true' in _model_line(output, f"{order} #2")
+    # ... a large result is stored apart and the model gets a preview that says so
+    logs = 'fetch_logs(service="checkout")'
+    assert _table_row(output, logs) == (1, "ok", "—")
+    assert re.fullmatch(r"offloaded [\d,]+ kB", _tags(output, logs) or ""), _tags(output, logs)
+    assert '"partial": true' in _model_line(output, logs)
+    # ... the run guard nudges a looping agent, then disables the tool, then ends the run
+    turn = 'query_order(order_id="B-2002") turn'
+    assert [_table_row(output, f"{turn} #{n}") for n in (1, 2, 3, 4, 5)] == [
+        (1, "ok", "—"),
+        (1, "ok", "—"),
+        (1, "ok", "—"),
+        (0, "error", "tool_disabled"),
+        (0, "error", "run_aborted"),
+    ]
+    assert _tags(output, f"{turn} #3") == "nudged"
+    assert '"type": "run_aborted"' in _model_line(output, f"{turn} #5")
+    # ... and every scenario has its line saying what the model received
+    assert _model_line(output, 'get_weather(city="Oslo")').endswith('"light rain"}}')
 
     # And nothing it started outlives it
     valkey_pid, worker_pid = _pids(output)
