@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
 from toolexec.breaker.store import CircuitBreaker
 from toolexec.breaker.views import BreakerView
-from toolexec.errors import ToolexecError
+from toolexec.ops.cli_support import reported as _reported
 
-__all__ = ["breakers"]
+__all__ = ["breakers", "known_names"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -39,13 +38,32 @@ def _breaker() -> CircuitBreaker:
     return CircuitBreaker(redis_client(redis_url(settings)), Keys(settings.key_prefix))
 
 
-@contextmanager
-def _reported() -> Iterator[None]:
-    """toolexec's own errors as a one-line message and exit status 1, not a traceback."""
-    try:
-        yield
-    except ToolexecError as exc:
-        raise click.ClickException(str(exc)) from exc
+def known_names(store: CircuitBreaker) -> list[str]:
+    """Names a breaker can have: every published tool, and every breaker already used."""
+    from toolexec import catalog
+
+    return sorted(set(catalog.read(store.redis, store.keys)) | set(store.names()))
+
+
+def _checked(store: CircuitBreaker, name: str, force: bool) -> CircuitBreaker:
+    """Refuse a name no tool or host breaker uses: a typo must not make a phantom breaker."""
+    if force:
+        return store
+    known = known_names(store)
+    if name not in known:
+        store.snapshot(name)  # a malformed name is refused as such first
+        raise click.ClickException(
+            f"no tool or breaker is named {name!r}; known: {', '.join(known) or 'none yet'}. "
+            "A per-host breaker (http_request@api.example.com) appears with its first call; "
+            "pass --force to use a name not seen yet."
+        )
+    return store
+
+
+def _force_option(func: F) -> F:
+    return click.option(
+        "--force", is_flag=True, help="Accept a name no tool or breaker has used yet."
+    )(func)
 
 
 def _until(view: BreakerView) -> str:
@@ -92,11 +110,20 @@ def _show(views: list[BreakerView], as_json: bool) -> None:
         click.echo("no circuit breakers yet (one appears with its first recorded call)")
 
 
-@click.group(invoke_without_command=True)
+@click.group(
+    invoke_without_command=True,
+    short_help="Trip, reset or list circuit breakers (fail a tool's calls fast).",
+)
 @_json_option
 @click.pass_context
 def breakers(ctx: click.Context, as_json: bool) -> None:
-    """List every circuit breaker: state, failure rate, window, probes, open-until."""
+    """Circuit breakers: list them, or force one open (trip) or closed (reset).
+
+    Tripping or resetting changes how every client and worker answers that
+    tool's calls at once: an open breaker fails them fast with circuit_open.
+    Without a subcommand, lists every breaker: state, failure rate, window,
+    probes, open-until.
+    """
     if ctx.invoked_subcommand is None:
         with _reported():
             _show(_breaker().snapshot_all(), as_json)
@@ -112,16 +139,18 @@ def breakers(ctx: click.Context, as_json: bool) -> None:
     help="Open for this many seconds, then probe as usual (default: until reset).",
 )
 @_json_option
-def trip(name: str, seconds: float | None, as_json: bool) -> None:
+@_force_option
+def trip(name: str, seconds: float | None, as_json: bool, force: bool) -> None:
     """Force NAME open: calls fail fast with circuit_open (an operator's isolate switch)."""
     with _reported():
-        _show([_breaker().trip(name, seconds)], as_json)
+        _show([_checked(_breaker(), name, force).trip(name, seconds)], as_json)
 
 
 @breakers.command()
 @click.argument("name")
 @_json_option
-def reset(name: str, as_json: bool) -> None:
+@_force_option
+def reset(name: str, as_json: bool, force: bool) -> None:
     """Force NAME closed with an empty window; ends an isolation."""
     with _reported():
-        _show([_breaker().reset(name)], as_json)
+        _show([_checked(_breaker(), name, force).reset(name)], as_json)

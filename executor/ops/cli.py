@@ -6,31 +6,74 @@ import importlib
 import json
 import os
 import sys
+import traceback
+from pathlib import Path
 from typing import Any
 
 import click
 
 from toolexec.breaker.cli import breakers
-from toolexec.errors import ToolexecError
+from toolexec.errors import InfrastructureError, ToolexecError
+from toolexec.ops.cli_support import EXIT_UNREACHABLE, Unreachable
 from toolexec.ops.faults_cli import faults
 from toolexec.ops.services_cli import flower, serve_embedded
 from toolexec.ops.status import status
+from toolexec.settings import Settings
 
 __all__ = ["main"]
 
 
-def _import_tools(modules: list[str]) -> None:
-    """Import tool modules now, so a typo fails here with a clear message."""
+def _module_of(spec: str) -> str:
+    """A tool module's import name; a path (``./mytools.py``, ``lib/tools``) puts its folder first
+    on ``sys.path``, so the worker's own imports (Celery's ``imports``) find it too."""
+    if not (spec.endswith(".py") or os.sep in spec or "/" in spec):
+        return spec
+    path = Path(spec).expanduser().resolve()
+    if path.is_dir() and (path / "__init__.py").exists():
+        name = path.name
+    elif path.suffix == ".py" and path.is_file():
+        name = path.stem
+    else:
+        raise click.ClickException(
+            f"--tools {spec}: no such Python file or package ({path}); pass a module name "
+            "importable from here (--tools mytools) or the path of a .py file"
+        )
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    return name
+
+
+def _import_tools(modules: list[str]) -> list[str]:
+    """Import tool modules now, so a typo or a broken import fails here with a clear message."""
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    for module in modules:
+    names = [_module_of(spec) for spec in modules]
+    for name in names:
         try:
-            importlib.import_module(module)
-        except ImportError as exc:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not (name == exc.name or name.startswith(exc.name + ".")):
+                raise _broken_import(name, exc) from exc
             raise click.ClickException(
-                f"cannot import tool module {module!r}: {exc}. "
-                "Pass a module importable from this directory, e.g. --tools mytools"
+                f"cannot find tool module {name!r} in the current directory ({os.getcwd()}) "
+                "or on PYTHONPATH. Pass a module name importable from here "
+                "(--tools mytools) or a path (--tools ./mytools.py)"
             ) from exc
+        except Exception as exc:  # the module exists, its own code failed
+            raise _broken_import(name, exc) from exc
+    return names
+
+
+def _broken_import(name: str, exc: BaseException) -> click.ClickException:
+    """The module was found, but running it failed: say where, not "pass a module"."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f" ({exc.filename}, line {exc.lineno})"
+    return click.ClickException(
+        f"tool module {name!r} was found, but importing it failed{where}: "
+        f"{type(exc).__name__}: {exc}"
+    )
 
 
 def _autoscale_pool(pool: str | None, autoscale: str | None) -> str | None:
@@ -43,24 +86,72 @@ def _autoscale_pool(pool: str | None, autoscale: str | None) -> str | None:
     )
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="toolexec", prog_name="toolexec", message="%(prog)s %(version)s")
 def cli() -> None:
     """A distributed executor for LLM agents' tool calls, on Celery and Redis."""
 
 
+def _tool_specs(tools: str) -> None:
+    """Turn paths in --tools (or TOOLEXEC_TOOLS) into module names before Celery reads them."""
+    raw = tools or os.environ.get("TOOLEXEC_TOOLS", "")
+    specs = [spec.strip() for spec in raw.split(",") if spec.strip()]
+    if specs:
+        os.environ["TOOLEXEC_TOOLS"] = ",".join(_module_of(spec) for spec in specs)
+
+
+def _check_servers(settings: Settings, connect_wait: float) -> None:
+    """Exit with code 3, saying what and which setting, if Redis or the broker never answers."""
+    from toolexec.connection import redis_url
+    from toolexec.ops import worker_check
+
+    for target in worker_check.targets(settings, redis_url(settings)):
+        if not worker_check.wait_for(target, connect_wait, lambda line: click.echo(line, err=True)):
+            sys.exit(EXIT_UNREACHABLE)
+
+
+def _say_what_it_serves(modules: list[str]) -> None:
+    if not modules:
+        click.echo(
+            "toolexec worker: no --tools given (nor TOOLEXEC_TOOLS): serving only the built-in "
+            "tools (http_request). Pass --tools mytools to serve your own.",
+            err=True,
+        )
+
+
 @cli.command()
-@click.option("--tools", "tools", default="", help="Comma-separated modules that declare tools.")
+@click.option(
+    "--tools",
+    "tools",
+    default="",
+    help="Comma-separated modules (imported from the current directory or PYTHONPATH) or "
+    ".py paths that declare tools (default: TOOLEXEC_TOOLS; none: only built-in tools).",
+)
 @click.option("--queues", "-Q", default="", help="Queues to consume (default: every tool's queue).")
 @click.option("--concurrency", "-c", type=int, default=None, help="Calls in parallel.")
 @click.option("--pool", "-P", default=None, help="threads (default), prefork, gevent, solo.")
 @click.option("--autoscale", default=None, help="MAX,MIN processes (implies the prefork pool).")
 @click.option("--hostname", "-n", default=None, help="Worker name (default: unique per process).")
-@click.option("--loglevel", "-l", default="INFO")
+@click.option(
+    "--loglevel",
+    "-l",
+    default="INFO",
+    show_default=True,
+    help="Log level of the worker: DEBUG, INFO, WARNING, ERROR or CRITICAL.",
+)
 @click.option(
     "--metrics-port",
     type=click.IntRange(1, 65535),
     default=None,
     help="Serve Prometheus metrics on this port (default: TOOLEXEC_METRICS_PORT, else off).",
+)
+@click.option(
+    "--connect-wait",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds to keep trying an unreachable Redis or broker at start before exiting "
+    "with code 3.",
 )
 def worker(
     tools: str,
@@ -71,22 +162,23 @@ def worker(
     hostname: str | None,
     loglevel: str,
     metrics_port: int | None,
+    connect_wait: float,
 ) -> None:
     """Run a worker that executes tool calls."""
     pool = _autoscale_pool(pool, autoscale)
-    if tools:
-        os.environ["TOOLEXEC_TOOLS"] = tools
+    _tool_specs(tools)
     from toolexec.app import app, settings_of
     from toolexec.registry import default_registry
 
     settings = settings_of(app)
+    _check_servers(settings, connect_wait)
     from toolexec.ops import telemetry
 
     metrics_port = metrics_port or settings.metrics_port
     telemetry.prepare(pool or settings.worker_pool, metrics_port)
     import toolexec.tasks  # noqa: F401  (binds every registered tool to a Celery task)
 
-    _import_tools(settings.tools)
+    _say_what_it_serves(_import_tools(settings.tools))
     wanted = queues or ",".join(
         sorted(
             {spec.policy.queue or settings.default_queue for spec in default_registry}
@@ -191,6 +283,9 @@ embedded.add_command(serve_embedded)
 def main() -> None:
     try:
         cli()
+    except InfrastructureError as exc:  # from call and tools: the same line as every command's
+        Unreachable(str(exc)).show()
+        sys.exit(EXIT_UNREACHABLE)
     except ToolexecError as exc:
         click.echo(f"toolexec: {exc}", err=True)
         sys.exit(2)

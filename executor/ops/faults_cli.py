@@ -9,15 +9,13 @@ config only when started with the same setting, so a production deployment
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import click
-import redis
 
-from toolexec.errors import ConfigurationError, ErrorType, ToolexecError
+from toolexec.errors import ConfigurationError, ErrorType
 from toolexec.faults import INJECTABLE, FaultConfig, FaultStore
+from toolexec.ops.cli_support import reported as _reported
 
 __all__ = ["faults"]
 
@@ -38,15 +36,6 @@ def _store() -> tuple[FaultStore, bool]:
     return FaultStore(client, Keys(settings.key_prefix)), settings.faults_enabled
 
 
-@contextmanager
-def _reported() -> Iterator[None]:
-    """Bad configs and an unreachable Redis as a one-line message, not a traceback."""
-    try:
-        yield
-    except (ToolexecError, redis.RedisError) as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
 def _outcome(raw: str | None) -> Any:
     if raw is None:
         return None
@@ -56,10 +45,18 @@ def _outcome(raw: str | None) -> Any:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--outcome") from exc
 
 
-@click.group(invoke_without_command=True)
+@click.group(
+    invoke_without_command=True,
+    short_help="Inject failures into tool calls on test workers; list, set, clear.",
+)
 @click.pass_context
 def faults(ctx: click.Context) -> None:
-    """List the fault configs set in Redis (JSON: tool -> config)."""
+    """Inject failures into tool calls, to test what breakers, retries and fallbacks do.
+
+    Changes what workers started with TOOLEXEC_FAULTS_ENABLED=true do with a
+    tool's calls (errors, replaced outcomes, added latency); others ignore it.
+    Without a subcommand, lists the configs set in Redis (JSON: tool -> config).
+    """
     if ctx.invoked_subcommand is None:
         with _reported():
             store, enabled = _store()

@@ -22,9 +22,9 @@ from kombu.transport.redis import PRIORITY_STEPS, Channel
 from toolexec import catalog as catalog_mod
 from toolexec.breaker import CircuitBreaker
 from toolexec.connection import redact_url, redis_client, redis_url, unavailable
-from toolexec.errors import ToolexecError
 from toolexec.keys import Keys
 from toolexec.liveness import workers_alive
+from toolexec.ops.cli_support import reported
 from toolexec.settings import Settings
 from toolexec.stats import CallStats
 
@@ -246,10 +246,8 @@ def _render(view: dict[str, Any]) -> list[Any]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
 def status(minutes: int, ping: bool, as_json: bool) -> None:
     """Queue depths, workers, breakers, calls in flight, retry and failure rates."""
-    try:
+    with reported():
         view = gather(Settings.from_env(), minutes, ping_timeout=1.0 if ping else None)
-    except ToolexecError as exc:
-        raise click.ClickException(str(exc)) from exc
     if as_json:
         click.echo(json.dumps(view, indent=2, sort_keys=True))
         return

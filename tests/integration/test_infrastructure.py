@@ -174,7 +174,7 @@ def test_a_worker_stopped_cleanly_is_gone_at_once_and_calls_say_so(
     Nothing waits for its heartbeat to age: the next call is answered no_worker
     at once, and ``toolexec status`` no longer lists it.
     """
-    from toolexec.status import gather
+    from toolexec.ops.status import gather
 
     lonely = _lonely_worker(lonely_env, settings, tmp_path / "lonely.log")
     with ToolClient(settings) as before:

@@ -594,7 +594,7 @@ def test_cli_lists_trips_and_resets_breakers_on_the_real_redis(
     for _ in range(3):
         call(production, name="search")
 
-    tripped = runner.invoke(breakers, ["trip", NAME, "--for", "120", "--json"], env=env)
+    tripped = runner.invoke(breakers, ["trip", NAME, "--for", "120", "--json", "--force"], env=env)
     listed = runner.invoke(breakers, ["--json"], env=env)
     table = runner.invoke(breakers, [], env=env)
 
