@@ -66,7 +66,7 @@ def test_every_subcommand_says_redis_is_unreachable_the_same_way(args: list[str]
 
 
 def test_a_worker_on_a_closed_port_names_the_setting_and_exits_3_after_its_wait() -> None:
-    """Given TOOLEXEC_REDIS_URL on a closed port, the worker says so (no fake ``:**@``) and exits."""
+    """Given a closed TOOLEXEC_REDIS_URL, the worker says so (no fake ``:**@``) and exits 3."""
     url = _closed_url()
     done = _toolexec("worker", "--connect-wait", "1", TOOLEXEC_REDIS_URL=url)
 
