@@ -77,3 +77,36 @@ def test_a_worker_on_a_closed_port_names_the_setting_and_exits_3_after_its_wait(
     assert "gave up" in done.stderr
     assert ":**@" not in done.stderr + done.stdout
     assert "Cannot connect" not in done.stderr  # Celery never got to try
+
+
+def test_a_missing_tool_module_says_where_it_was_looked_for(tmp_path: Path, redis_url: str) -> None:
+    done = _toolexec("worker", "--tools", "nosuchtools", cwd=tmp_path, TOOLEXEC_REDIS_URL=redis_url)
+
+    assert done.returncode == 1, done
+    assert f"cannot find tool module 'nosuchtools' in the current directory ({tmp_path})" in (
+        done.stderr
+    )
+    assert "--tools ./mytools.py" in done.stderr
+
+
+def test_a_tool_module_whose_own_import_fails_says_so(tmp_path: Path, redis_url: str) -> None:
+    """Given mytools.py that imports a package that is not installed, the error names that."""
+    (tmp_path / "mytools.py").write_text("import not_installed_anywhere\n")
+
+    for spec in ("mytools", "./mytools.py"):
+        done = _toolexec("worker", "--tools", spec, cwd=tmp_path, TOOLEXEC_REDIS_URL=redis_url)
+
+        assert done.returncode == 1, done
+        assert "tool module 'mytools' was found, but importing it failed" in done.stderr
+        assert f"{tmp_path / 'mytools.py'}, line 1" in done.stderr
+        assert "No module named 'not_installed_anywhere'" in done.stderr
+        assert "Traceback" not in done.stderr and "cannot find" not in done.stderr
+
+
+def test_a_tools_path_that_does_not_exist_is_named(tmp_path: Path, redis_url: str) -> None:
+    done = _toolexec(
+        "worker", "--tools", "./nothere.py", cwd=tmp_path, TOOLEXEC_REDIS_URL=redis_url
+    )
+
+    assert done.returncode == 1, done
+    assert "--tools ./nothere.py: no such Python file or package" in done.stderr
