@@ -14,15 +14,26 @@ expect each service to stay in the foreground.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 from pathlib import Path
+from typing import Any
 
 import click
+import redis
 
 from toolexec.settings import Settings
 
-__all__ = ["basic_auth", "flower", "is_loopback", "serve_embedded", "valkey_args"]
+__all__ = [
+    "SERVE_PORT",
+    "basic_auth",
+    "flower",
+    "is_loopback",
+    "register_published_tools",
+    "serve_embedded",
+    "valkey_args",
+]
 
 
 def is_loopback(address: str) -> bool:
@@ -68,6 +79,7 @@ def flower(address: str | None, port: int | None, flower_args: tuple[str, ...]) 
         os.environ.pop("FLOWER_BASIC_AUTH", None)  # only settings decide
     from toolexec.app import app
 
+    register_published_tools(app, settings)
     argv = [
         "flower",
         f"--address={listen}",
@@ -75,6 +87,37 @@ def flower(address: str | None, port: int | None, flower_args: tuple[str, ...]) 
         *flower_args,
     ]
     app.start(argv)
+
+
+def register_published_tools(celery_app: Any, settings: Settings) -> list[str]:
+    """Name every published tool as a task here, so Flower's start-up list shows them.
+
+    Flower lists the tasks its own process registered; it runs none, and has
+    none of the tools' code, so the names come from the catalog the workers
+    published (a task that refuses to run), next to toolexec's own tasks.
+    """
+    import toolexec.tasks  # noqa: F401  (toolexec.fallback and the built-in tools)
+    from toolexec import catalog
+    from toolexec.connection import redis_client, redis_url
+    from toolexec.keys import Keys
+
+    try:
+        with contextlib.closing(redis_client(redis_url(settings), socket_timeout=5.0)) as client:
+            names = sorted(catalog.read(client, Keys(settings.key_prefix)))
+    except redis.RedisError:  # Flower itself will say the broker is unreachable
+        return []
+    added = []
+    for name in names:
+        task = f"tools.{name}"
+        if task not in celery_app.tasks:
+            celery_app.task(name=task, shared=False)(_runs_on_workers)
+            added.append(task)
+    return added
+
+
+def _runs_on_workers(**_: Any) -> None:
+    """A tool's name in Flower's process; its code and its calls live on the workers."""
+    raise RuntimeError("tool calls run on toolexec workers, not in Flower")
 
 
 def valkey_args(binary: Path, port: int, data_dir: Path, bind: str) -> list[str]:
@@ -95,8 +138,18 @@ def valkey_args(binary: Path, port: int, data_dir: Path, bind: str) -> list[str]
     ]
 
 
+#: A port of its own, beside a system Redis on 6379 (the Procfile's VALKEY_PORT default too).
+SERVE_PORT = 6380
+
+
 @click.command("serve")
-@click.option("--port", type=int, default=6379, show_default=True)
+@click.option(
+    "--port",
+    type=int,
+    default=SERVE_PORT,
+    show_default=True,
+    help="Port to listen on (not 6379, which a system Redis may hold).",
+)
 @click.option("--bind", default="127.0.0.1", show_default=True)
 @click.option(
     "--dir",

@@ -31,7 +31,6 @@ from toolexec.stats import CallStats
 __all__ = ["amqp_depths", "gather", "queue_names", "redis_depths", "status"]
 
 
-
 def queue_names(catalog: catalog_mod.Catalog, default_queue: str) -> list[str]:
     """Every queue some published tool is routed to, and the default one."""
     names = {default_queue}
@@ -158,19 +157,20 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def _by_type(counts: dict[str, int]) -> str:
-    return "\n".join(f"{kind} {n}" for kind, n in counts.items()) or "-"
-
-
 def _section(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[Any]:
-    """A bold title line, then a compact table; only text columns (the first, FAILED) wrap."""
+    """A bold title line, then a compact table that fits 80 columns.
+
+    Names (tools, workers, breakers, error types) never wrap: a name broken in
+    two ("get_weat/her") cannot be copied into the next command. Numbers are
+    short, so the columns are few and narrow instead.
+    """
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for index, column in enumerate(columns):
-        table.add_column(column, no_wrap=index > 0 and column != "FAILED", overflow="fold")
+    for column in columns:
+        table.add_column(column, no_wrap=True)
     for row in rows:
         table.add_row(*(str(cell) for cell in row))
     return [Text(title, style="bold"), table]
@@ -207,22 +207,37 @@ def _breakers_section(view: dict[str, Any]) -> list[Any]:
 
 
 def _tools_section(view: dict[str, Any]) -> list[Any]:
-    columns = ["TOOL", "RUNNING", "CALLS", "OK", "FAILED", "FAIL%", "ATTEMPTS", "RETRIES", "RETRY%"]
+    # RUN: attempts running now; TRIES: attempts in the window, retries included.
+    columns = ["TOOL", "RUN", "CALLS", "OK", "FAIL", "FAIL%", "TRIES", "RETRY%"]
     rows = [
         (
             t["tool"],
             t["in_flight"],
             t["calls"],
             t["ok"],
-            _by_type(t["failed"]),
+            sum(t["failed"].values()),
             _rate(t["failure_rate"]),
             t["attempts"],
-            t["retries"],
             _rate(t["retry_rate"]),
         )
         for t in view["tools"]
     ]
     return _section(f"Tools, last {view['minutes']} min", columns, rows)
+
+
+def _failures_section(view: dict[str, Any]) -> list[Any]:
+    """Failures by error type, one row each: a column of its own would not fit 80 columns."""
+    rows = [
+        (t["tool"], kind, count)
+        for t in view["tools"]
+        for kind, count in t["failed"].items()
+        if count
+    ]
+    if not rows:
+        return []
+    return _section(
+        f"Failures by type, last {view['minutes']} min", ["TOOL", "ERROR", "CALLS"], rows
+    )
 
 
 def _render(view: dict[str, Any]) -> list[Any]:
@@ -231,6 +246,7 @@ def _render(view: dict[str, Any]) -> list[Any]:
         *_workers_section(view),
         *_breakers_section(view),
         *_tools_section(view),
+        *_failures_section(view),
     ]
 
 

@@ -11,6 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import redis
+
+from toolexec import liveness
+from toolexec.keys import Keys
 from toolexec.testing import Hit
 
 T = TypeVar("T")
@@ -49,3 +53,13 @@ def run_bench(script: str, *args: str) -> str:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
+
+
+def stall_queue(client: redis.Redis, keys: Keys, queue: str) -> None:
+    """Count a live worker on ``queue`` that never takes a message, as a stalled one would.
+
+    A client answers ``no_worker`` at once for a queue nobody serves; tests that
+    need messages to wait in a queue (depths, raw message sizes) beat for a
+    worker that is not there. The beat lasts the alive window (a few seconds).
+    """
+    liveness.beat(client, keys, "stalled@tests", [queue], time.time())

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from integration_support import stall_queue
 from payload_tools import PARKED_QUEUE, make_items, make_text
 
 from toolexec.client import CallHandle, ToolClient
@@ -190,6 +191,7 @@ def test_a_large_argument_leaves_the_broker_message_small(
     """Given a 10 MB document argument, when the call is published, then the message on
     the broker is < 4 KB and carries a reference instead of the document."""
     raw.delete(PARKED_QUEUE)
+    stall_queue(pclient.redis, pclient.keys, PARKED_QUEUE)
     pclient.submit("parked_digest", {"document": make_text(TEN_MB_LINES)}, timeout=5)
 
     messages = raw.lrange(PARKED_QUEUE, 0, -1)
