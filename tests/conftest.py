@@ -1,9 +1,11 @@
 """Fixtures: a real Redis per test session, a misbehaving HTTP service, real workers.
 
 Redis: with ``TOOLEXEC_TEST_REDIS_URL`` set, the suite claims a database on
-that server no other run is using (a lock key per database) and flushes it;
-otherwise it starts its own embedded Valkey in a temporary directory. Either
-way no two runs share state, and no test uses a mock Redis.
+that server that is empty and that no other run holds, and leaves it empty
+again; a database with anyone's data in it is skipped, never touched, never
+flushed. Otherwise it starts its own embedded Valkey in a temporary
+directory. Either way no two runs share state, every toolexec key a run writes
+carries its own prefix, and no test uses a mock Redis.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
+from database_support import claim_database, release_database
 
 from toolexec.client import ToolClient
 from toolexec.embedded import ensure_embedded, stop_embedded
@@ -22,17 +24,6 @@ from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, WorkerProcess
 
 TESTS = Path(__file__).parent
-_DB_LOCK_TTL_S = 3600  # a crashed run frees its database within the hour
-
-
-def _claim_database(base_url: str, run: str) -> tuple[str, redis.Redis]:
-    """A database number on a shared server that no concurrent run holds."""
-    admin = redis.Redis.from_url(base_url)
-    for db in range(1, 16):
-        if admin.set(f"toolexec-tests:db:{db}", run, nx=True, ex=_DB_LOCK_TTL_S):
-            url = base_url.rsplit("/", 1)[0] if base_url.count("/") > 2 else base_url
-            return f"{url}/{db}", admin
-    raise RuntimeError(f"databases 1-15 of {base_url} are all held by other test runs")
 
 
 @pytest.fixture(scope="session")
@@ -40,11 +31,9 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     shared = os.environ.get("TOOLEXEC_TEST_REDIS_URL")
     if shared:
         run = uuid.uuid4().hex
-        url, admin = _claim_database(shared, run)
-        redis.Redis.from_url(url).flushdb()
+        url = claim_database(shared, run)
         yield url
-        redis.Redis.from_url(url).flushdb()
-        admin.delete(f"toolexec-tests:db:{url.rsplit('/', 1)[1]}")
+        release_database(url, run)
         return
     data_dir = tmp_path_factory.mktemp("embedded")
     server = ensure_embedded(data_dir)
