@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[ops,dev,e2e]'
 	touch $(STAMP)
+	@echo "toolexec is installed in $(VENV): '. $(VENV)/bin/activate' puts it on your PATH"
 
 demo: $(STAMP)
 	$(BIN)/toolexec demo
@@ -26,7 +27,9 @@ lint: $(STAMP)
 test: lint
 	$(BIN)/pytest
 
-# The same suite against an external server, e.g. the one on 127.0.0.1:6379.
+# The same suite against an external server, e.g. the one on 127.0.0.1:6379: a server for
+# tests. The run uses one of its databases 1-15 that is empty, and empties it again at
+# the end; a database holding data is never used or flushed.
 TEST_REDIS_URL ?= redis://127.0.0.1:6379
 test-redis: $(STAMP)
 	TOOLEXEC_TEST_REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest
@@ -51,7 +54,9 @@ test-e2e: $(STAMP)
 screenshot: $(STAMP)
 	TOOLEXEC_UPDATE_DOCS=1 $(BIN)/pytest tests/e2e -k tasks_page
 
-# The Procfile's processes (Valkey, a worker, Flower) with honcho, on loopback.
+# The Procfile's processes (Valkey, a worker, Flower) with honcho, on loopback. The
+# worker serves TOOLEXEC_TOOLS (e.g. TOOLEXEC_TOOLS=mytools make honcho), else only the
+# built-in tools.
 honcho: $(STAMP)
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/honcho start
 

@@ -1,8 +1,8 @@
 """A complete agent loop on toolexec: a model's tool calls run on workers, under a run guard.
 
-    python examples/agent_loop.py                          # scripted model, no network
-    OPENAI_API_KEY=... python examples/agent_loop.py       # a real OpenAI model (OPENAI_MODEL)
-    ANTHROPIC_API_KEY=... python examples/agent_loop.py    # a real Claude model (ANTHROPIC_MODEL)
+    .venv/bin/python examples/agent_loop.py                # scripted model, no network
+    OPENAI_API_KEY=... .venv/bin/python examples/agent_loop.py     # OpenAI (OPENAI_MODEL)
+    ANTHROPIC_API_KEY=... .venv/bin/python examples/agent_loop.py  # Claude (ANTHROPIC_MODEL)
 
 It starts what a deployment runs: Redis (``TOOLEXEC_REDIS_URL``, or an embedded
 Valkey), a local weather and orders service that misbehaves on purpose, and a
