@@ -79,7 +79,7 @@ def test_autoscale_without_a_pool_picks_prefork() -> None:
 
 def test_embedded_serve_defaults_to_a_port_of_its_own_as_the_procfile_does() -> None:
     """6379 is where a system Redis listens; serve would clash with it."""
-    from toolexec.ops_cli import SERVE_PORT, serve_embedded
+    from toolexec.ops.services_cli import SERVE_PORT, serve_embedded
 
     port = next(p for p in serve_embedded.params if p.name == "port")
     assert port.default == SERVE_PORT != 6379

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.console import Console
 
-from toolexec.status import _render
+from toolexec.ops.status import _render
 
 _NAMES = ["get_weather", "search_products_lite", "http_request@api.example.com"]
 
