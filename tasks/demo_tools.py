@@ -68,9 +68,9 @@ def _post_json(path: str, body: dict[str, Any]) -> Any:
     return response.json()
 
 
-#: The demo stages five failures of get_weather on purpose (two 503s, three timeouts)
-#: among a dozen calls; the default breaker (50% of at least 10 calls) would open
-#: on what the script itself arranged and refuse the fan-out that follows.
+#: The demo (and examples/agent_loop.py) make get_weather fail on purpose; the
+#: default breaker (50% of at least 10 calls) must not open on what the script itself
+#: arranged and refuse the fan-out that follows.
 _DEMO_BREAKER = BreakerPolicy(consecutive_failures=10, failure_rate=None)
 
 
