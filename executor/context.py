@@ -143,6 +143,10 @@ class CallContext:
     fallback: ChainState | None = None
     #: Calls that joined this one and wait for its answer, whatever answers it.
     joined: tuple[Joined, ...] = ()
+    #: The error an earlier attempt met at the service (type, message), carried to later
+    #: attempts: one refused without running (an open breaker) still tells the model what
+    #: actually failed.
+    last_error: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         raw = asdict(self)
@@ -177,8 +181,13 @@ class CallContext:
     def after_attempt(self, run_s: float) -> CallContext:
         return replace(self, run_s=self.run_s + run_s)
 
-    def before_retry(self, delay: float) -> CallContext:
-        return replace(self, previous_delay=delay, backoff_s=self.backoff_s + delay)
+    def before_retry(self, delay: float, error: dict[str, Any] | None = None) -> CallContext:
+        return replace(
+            self,
+            previous_delay=delay,
+            backoff_s=self.backoff_s + delay,
+            last_error=error or self.last_error,
+        )
 
     def deferred(self, attempt: int) -> CallContext:
         """Before waiting in the queue for the rate-limit slot reserved for ``attempt``."""

@@ -61,6 +61,7 @@ __all__ = [
     "error_info",
     "error_result",
     "restamped",
+    "with_last_error",
 ]
 
 
@@ -122,6 +123,31 @@ def _timings(ctx: CallContext, now: float) -> Timings:
     )
 
 
+def _error_json(failure: ToolException) -> dict[str, Any] | None:
+    """What an attempt met, to carry to the next one; a refusal (circuit_open) is no news."""
+    if failure.error_type == ErrorType.CIRCUIT_OPEN:
+        return None
+    return {"type": str(failure.error_type), "message": failure.message}
+
+
+def with_last_error(info: ErrorInfo, ctx: CallContext) -> ErrorInfo:
+    """An open breaker's refusal of a retried call, with the error the call really met.
+
+    "This call was not made" alone would hide the 503 of the attempts before; the
+    model needs it to decide what to do next.
+    """
+    if info.type != ErrorType.CIRCUIT_OPEN or not ctx.last_error:
+        return info
+    last = ctx.last_error
+    return info.model_copy(
+        update={
+            "message": f"{info.message}; the call's last real error: "
+            f"{last.get('type')}: {last.get('message')}",
+            "details": {**info.details, "last_error": last},
+        }
+    )
+
+
 def deadline_info(ctx: CallContext, last: ToolException | None, attempts: int) -> ErrorInfo:
     """``deadline_exceeded``, carrying the error that used up the time, if any."""
     if last is None:
@@ -129,7 +155,7 @@ def deadline_info(ctx: CallContext, last: ToolException | None, attempts: int) -
             f"the call's deadline passed before attempt {attempts + 1} could start "
             "(it waited too long in the queue: workers are busy or none is running)"
         )
-        details: dict[str, Any] = {}
+        details: dict[str, Any] = {"last_error": ctx.last_error} if ctx.last_error else {}
     else:
         message = (
             f"the call's deadline left no time for another attempt after {attempts}; "
@@ -280,11 +306,13 @@ class Executor:
         if refusal is not None:
             return Final(error_result(ctx, error_info(refusal), attempts=attempt, now=now))
         if decision.retry:
-            return Retry(decision.delay, failure, ctx.before_retry(decision.delay))
+            return Retry(
+                decision.delay, failure, ctx.before_retry(decision.delay, _error_json(failure))
+            )
         if decision.reason == "deadline":
             info = deadline_info(ctx, failure, attempt)
         else:
-            info = error_info(failure)
+            info = with_last_error(error_info(failure), ctx)
         return Final(error_result(ctx, info, attempts=attempt, now=now))
 
     def _gate(self, current: Attempt | None, failure: ToolException) -> ToolException | None:

@@ -97,3 +97,60 @@ def test_a_call_rescued_by_a_retry_counts_one_success(
     assert isinstance(verdict, Final) and verdict.result.ok
     view = breaker.snapshot("flaky")
     assert (view.calls, view.failures, view.consecutive) == (1, 0, 0)
+
+
+def test_a_retried_call_that_meets_an_open_breaker_keeps_its_last_real_error(
+    registry: Registry, breaker: CircuitBreaker, clock: ManualClock
+) -> None:
+    """Given a 503 on attempt 1 and the breaker open by attempt 2, the model reads both."""
+    spec = _spec(registry, iter([False] * 4))
+    executor = _executor(breaker, clock)
+    ctx = CallContext(
+        call_id=uuid.uuid4().hex,
+        tool=spec.name,
+        deadline=clock.now() + 300,
+        submitted_at=clock.now(),
+        reply_to="r",
+    )
+    first = executor.attempt(spec, {}, ctx, 1)
+    assert isinstance(first, Retry)
+    breaker.trip("flaky", 60)  # other calls opened it meanwhile
+
+    clock.advance(first.delay)
+    second = executor.attempt(spec, {}, CallContext.from_json(first.context.to_json()), 2)
+
+    assert isinstance(second, Final) and second.result.error is not None
+    error = second.result.error
+    assert error.type == ErrorType.CIRCUIT_OPEN and error.retryable
+    assert error.details["last_error"] == {
+        "type": "unavailable",
+        "message": "HTTP 503 from the service",
+    }
+    assert "last real error: unavailable: HTTP 503 from the service" in error.message
+    seen = second.result.for_model()["error"]
+    assert seen["details"]["last_error"]["type"] == "unavailable"
+    assert second.result.attempts == 1  # the refused attempt never ran
+
+
+def test_a_retry_that_starts_too_late_still_reports_the_error_before_it(
+    registry: Registry, breaker: CircuitBreaker, clock: ManualClock
+) -> None:
+    """Given a retry whose message waited past the deadline, the answer names the 503."""
+    spec = _spec(registry, iter([False] * 4))
+    executor = _executor(breaker, clock)
+    ctx = CallContext(
+        call_id=uuid.uuid4().hex,
+        tool=spec.name,
+        deadline=clock.now() + 5,
+        submitted_at=clock.now(),
+        reply_to="r",
+    )
+    first = executor.attempt(spec, {}, ctx, 1)
+    assert isinstance(first, Retry)
+
+    clock.advance(10)  # the queue held the retry past the deadline
+    late = executor.attempt(spec, {}, first.context, 2)
+
+    assert isinstance(late, Final) and late.result.error is not None
+    assert late.result.error.type == ErrorType.DEADLINE_EXCEEDED
+    assert late.result.error.details["last_error"]["type"] == "unavailable"
