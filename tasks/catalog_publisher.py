@@ -70,33 +70,41 @@ class Heartbeat:
     consumer: Any
     stop: threading.Event = field(default_factory=threading.Event)
     queues: list[str] = field(default_factory=list)
+    #: A beat in flight must not put the worker back after :meth:`leave` removed it.
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def beat(self) -> None:
-        self.queues = _queues_of(self.consumer) or self.queues
-        keys = Keys(settings_of(self.celery_app).key_prefix)
-        liveness.beat(
-            runtime_of(self.celery_app).redis, keys, self.worker, self.queues, SystemClock().now()
-        )
+    def beat(self, with_catalog: bool = False) -> None:
+        """One beat (and the catalog again, now and then), unless the worker has left."""
+
+        with self.lock:
+            if self.stop.is_set():
+                return
+            self.queues = _queues_of(self.consumer) or self.queues
+            keys = Keys(settings_of(self.celery_app).key_prefix)
+            client = runtime_of(self.celery_app).redis
+            liveness.beat(client, keys, self.worker, self.queues, SystemClock().now())
+            if with_catalog:
+                publish_catalog(self.celery_app, self.worker, self.queues)
 
     def run(self) -> None:
         beats = 0
         while not self.stop.wait(HEARTBEAT_S):
             beats += 1
             try:
-                self.beat()
-                if beats % CATALOG_EVERY == 0:
-                    publish_catalog(self.celery_app, self.worker)
+                self.beat(with_catalog=beats % CATALOG_EVERY == 0)
             except Exception as exc:  # a missed beat must never stop the worker
                 log.warning("could not send the worker's heartbeat: %s", exc)
 
     def leave(self) -> None:
         """Stop beating and remove the worker from every live set."""
-        self.stop.set()
+
         keys = Keys(settings_of(self.celery_app).key_prefix)
-        try:
-            liveness.leave(runtime_of(self.celery_app).redis, keys, self.worker, self.queues)
-        except Exception as exc:  # Redis gone at shutdown: the window drops it within seconds
-            log.warning("could not remove worker %s from the live workers: %s", self.worker, exc)
+        with self.lock:
+            self.stop.set()
+            try:
+                liveness.leave(runtime_of(self.celery_app).redis, keys, self.worker, self.queues)
+            except Exception as exc:  # Redis gone at shutdown: the window drops it in seconds
+                log.warning("could not remove %s from the live workers: %s", self.worker, exc)
 
 
 _beating: dict[str, Heartbeat] = {}
