@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import os
 import sys
 import traceback
@@ -281,6 +282,10 @@ embedded.add_command(serve_embedded)
 
 
 def main() -> None:
+    # Library warnings on the way to an error (e.g. the shared clock unreadable when Redis
+    # is down) must not print before the one line that says what is wrong: without a
+    # handler, Python's last-resort one would. A worker's logging (Celery's) still gets them.
+    logging.getLogger("toolexec").addHandler(logging.NullHandler())
     try:
         cli()
     except InfrastructureError as exc:  # from call and tools: the same line as every command's
