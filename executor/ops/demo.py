@@ -298,7 +298,7 @@ def scenarios(service_url: str) -> list[Step]:
             },
         ),
         Step(
-            "weather service takes 3 s; the tool's limit is 1 s",
+            "weather service takes 3 s; the tool's limit is 1.5 s",
             (DemoCall("get_weather", {"city": "Lima"}, _fails(ErrorType.TIMEOUT, 3)),),
             {"/weather/Lima": (Reply(200, {"temp_c": 19.0, "conditions": "fog"}, delay=3.0),)},
         ),
