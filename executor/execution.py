@@ -20,6 +20,7 @@ import pydantic
 import pydantic_core
 from pydantic_core import to_jsonable_python
 
+from toolexec.batch import Batch
 from toolexec.classify import classify_exception, classify_response
 from toolexec.clock import Clock, SystemClock
 from toolexec.context import CallContext
@@ -191,9 +192,41 @@ class Executor:
         self.resolve_arguments = resolve_arguments
 
     def attempt(
-        self, spec: ToolSpec, raw_arguments: Any, ctx: CallContext, attempt: int
+        self,
+        spec: ToolSpec,
+        raw_arguments: Any,
+        ctx: CallContext,
+        attempt: int,
+        *,
+        admission: Batch | None = None,
+        settlement: Batch | None = None,
     ) -> Verdict:
-        """Validate, run once within the time left, classify, and decide what follows."""
+        """Validate, run once within the time left, classify, and decide what follows.
+
+        The layers' Redis commands before the attempt go in ``admission``, sent
+        once before the first ``around`` (with whatever the caller queued
+        there); those after it go in ``settlement``, which the caller sends
+        with its answer. Without them the executor sends its own batches.
+        """
+        own = settlement is None
+        admission = admission if admission is not None else Batch()
+        settlement = settlement if settlement is not None else Batch()
+        try:
+            return self._attempt(spec, raw_arguments, ctx, attempt, admission, settlement)
+        finally:
+            settlement.prepend(admission)  # never sent if no layer ran: goes first instead
+            if own:
+                settlement.execute()
+
+    def _attempt(
+        self,
+        spec: ToolSpec,
+        raw_arguments: Any,
+        ctx: CallContext,
+        attempt: int,
+        admission: Batch,
+        settlement: Batch,
+    ) -> Verdict:
         now = self.clock.now()
         if now >= ctx.deadline:
             return Final(
@@ -215,21 +248,27 @@ class Executor:
                 "the schema is in the tool's definition.",
             )
             return Final(error_result(ctx, error_info(invalid), attempts=attempt - 1, now=now))
-        return self._run(spec, arguments, ctx, attempt, now)
+        current = self._start(spec, arguments, ctx, attempt, now)
+        for layer in self.layers:
+            layer.admit(current, admission)
+        admission.execute()
+        verdict = self._run(current, arguments)
+        for layer in reversed(self.layers):
+            layer.record(current, verdict[1], verdict[0], settlement)
+        return verdict[0]
 
-    def _run(
-        self,
-        spec: ToolSpec,
-        arguments: pydantic.BaseModel,
-        ctx: CallContext,
-        attempt: int,
-        start: float,
-    ) -> Verdict:
-        limit = min(spec.policy.timeout, ctx.deadline - start)
+    @staticmethod
+    def _start(
+        spec: ToolSpec, arguments: pydantic.BaseModel, ctx: CallContext, attempt: int, now: float
+    ) -> Attempt:
+        limit = min(spec.policy.timeout, ctx.deadline - now)
+        return Attempt(spec, ctx, attempt, arguments.model_dump(mode="json"), limit)
+
+    def _run(self, current: Attempt, arguments: pydantic.BaseModel) -> tuple[Verdict, Outcome]:
+        spec, limit = current.spec, current.limit
         kwargs = {name: getattr(arguments, name) for name in type(arguments).model_fields}
-        current = Attempt(spec, ctx, attempt, arguments.model_dump(mode="json"), limit)
         outcome = compose(self.layers, current, lambda: self._body(spec, kwargs, limit))
-        return self._settle(current, outcome, self._verdict(current, outcome))
+        return self._settle(current, outcome, self._verdict(current, outcome)), outcome
 
     def _verdict(self, current: Attempt, outcome: Outcome) -> Verdict:
         """The verdict on an attempt's outcome: a result, or a retry after a delay."""

@@ -19,6 +19,20 @@ point of an attempt, so nothing is found by name or passed through a side door.
     replace it: what a layer stores can depend on whether the call ends or
     retries, which is known only after every ``around`` has returned.
 
+Two more hooks let the layers share round trips (``toolexec.batch``):
+
+``admit(attempt, batch)``
+    Before any ``around``, outermost first: queue what the layer asks Redis
+    before the attempt (a lease, a breaker permit) on the admission batch;
+    the reply arrives in a callback, which keeps it in the attempt's notes
+    for ``around``. The batch runs once, in one round trip, before the first
+    ``around``; a layer whose ``around`` is then never reached (an outer
+    layer answered) gives back what it took in ``record``.
+``record(attempt, outcome, verdict, batch)``
+    After every ``settle``: queue the writes whose replies change nothing
+    about the verdict (a breaker's or a budget's count) on the settlement
+    batch, which the worker sends in the round trip that answers the call.
+
 A layer that must carry something of its own from ``around`` to ``settle``
 (the idempotency layer's lease) keeps it in :attr:`Attempt.notes` under its
 own name, as a Polly ``ResilienceContext`` keeps properties: the attempt is
@@ -31,6 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from toolexec.batch import Batch
 from toolexec.context import CallContext
 from toolexec.errors import ToolException
 from toolexec.results import PayloadRef, ToolResult
@@ -42,6 +57,7 @@ if TYPE_CHECKING:  # only types here: the registry imports the policies of layer
 
 __all__ = [
     "Attempt",
+    "Batch",
     "Defer",
     "Final",
     "Layer",
@@ -156,6 +172,9 @@ class Layer:
     #: The key of this layer's :attr:`Attempt.notes`, and its name in logs.
     name = "layer"
 
+    def admit(self, attempt: Attempt, batch: Batch) -> None:
+        """Queues what this layer asks Redis before the attempt; the default asks nothing."""
+
     def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         """Wraps the rest of the stack; the default just proceeds."""
         return proceed()
@@ -167,6 +186,9 @@ class Layer:
     def settle(self, attempt: Attempt, outcome: Outcome, verdict: Verdict) -> Verdict:
         """Sees the verdict; returns it, or the one that replaces it."""
         return verdict
+
+    def record(self, attempt: Attempt, outcome: Outcome, verdict: Verdict, batch: Batch) -> None:
+        """Queues the writes that follow the verdict; the default writes nothing."""
 
 
 def compose(layers: Sequence[Layer], attempt: Attempt, body: Proceed) -> Outcome:

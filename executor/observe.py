@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from toolexec.batch import Batch
 from toolexec.clock import Clock, SystemClock
 from toolexec.context import CallContext
 from toolexec.ops.metrics import Metrics
@@ -45,39 +46,65 @@ class CallObservers:
         self.clock = clock or SystemClock()
         self._warned_at = float("-inf")
 
-    def started(self, spec: ToolSpec, ctx: CallContext, attempt: int) -> None:
+    def started(
+        self, spec: ToolSpec, ctx: CallContext, attempt: int, batch: Batch | None = None
+    ) -> None:
         now = self.clock.now()
         lease_until = now + max(0.0, min(spec.policy.timeout, ctx.deadline - now)) + LEASE_GRACE_S
         self._quietly(self.metrics.started, spec.name, ctx.call_id, attempt, lease_until)
         if self.stats is not None:
-            self._quietly(self.stats.started, spec.name, ctx.call_id, attempt, lease_until)
+            self._counted(self.stats.started, batch, spec.name, ctx.call_id, attempt, lease_until)
 
-    def retrying(self, spec: ToolSpec, ctx: CallContext, attempt: int, error_type: str) -> None:
+    def retrying(
+        self,
+        spec: ToolSpec,
+        ctx: CallContext,
+        attempt: int,
+        error_type: str,
+        batch: Batch | None = None,
+    ) -> None:
         self._quietly(self.metrics.retrying, spec.name, ctx.call_id, attempt, error_type)
         if self.stats is not None:
-            self._quietly(self.stats.retrying, spec.name, ctx.call_id, attempt, error_type)
+            self._counted(self.stats.retrying, batch, spec.name, ctx.call_id, attempt, error_type)
 
-    def finished(self, ctx: CallContext, attempt: int, result: ToolResult) -> None:
+    def finished(
+        self, ctx: CallContext, attempt: int, result: ToolResult, batch: Batch | None = None
+    ) -> None:
         error_type = None if result.error is None else str(result.error.type)
         elapsed_s = result.elapsed_ms / 1000.0
         self._quietly(self.metrics.finished, ctx.tool, ctx.call_id, attempt, error_type, elapsed_s)
         if self.stats is not None:
-            self._quietly(self.stats.finished, ctx.tool, ctx.call_id, attempt, error_type)
+            self._counted(self.stats.finished, batch, ctx.tool, ctx.call_id, attempt, error_type)
 
-    def withdrawn(self, spec: ToolSpec, ctx: CallContext, attempt: int) -> None:
+    def withdrawn(
+        self, spec: ToolSpec, ctx: CallContext, attempt: int, batch: Batch | None = None
+    ) -> None:
         self._quietly(self.metrics.withdrawn, spec.name, ctx.call_id, attempt)
         if self.stats is not None:
-            self._quietly(self.stats.withdrawn, spec.name, ctx.call_id, attempt)
+            self._counted(self.stats.withdrawn, batch, spec.name, ctx.call_id, attempt)
+
+    def _counted(self, report: Callable[..., None], batch: Batch | None, *args: object) -> None:
+        """A Redis counter, queued on the attempt's ``batch`` when there is one.
+
+        Its error then comes when the batch runs, and is dropped the same way.
+        """
+        if batch is None:
+            self._quietly(report, *args)
+            return
+        self._quietly(report, *args, batch, lambda exc: self._dropped(report, exc))
 
     def _quietly(self, report: Callable[..., None], *args: object) -> None:
         try:
             report(*args)
         except Exception as exc:
-            if time.monotonic() - self._warned_at >= _WARN_INTERVAL_S:
-                self._warned_at = time.monotonic()
-                log.warning(
-                    "call report %s not recorded (%s: %s); calls go on without it",
-                    getattr(report, "__qualname__", report),
-                    type(exc).__name__,
-                    exc,
-                )
+            self._dropped(report, exc)
+
+    def _dropped(self, report: Callable[..., None], exc: Exception) -> None:
+        if time.monotonic() - self._warned_at >= _WARN_INTERVAL_S:
+            self._warned_at = time.monotonic()
+            log.warning(
+                "call report %s not recorded (%s: %s); calls go on without it",
+                getattr(report, "__qualname__", report),
+                type(exc).__name__,
+                exc,
+            )

@@ -30,18 +30,19 @@ skew cannot move the window. While Redis is unreachable budgets step aside
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import redis
 
+from toolexec.batch import Batch
 from toolexec.breaker.policy import breaker_name, counts_as_failure
 from toolexec.clock import Clock
 from toolexec.errors import ConfigurationError, RetryBudgetExhaustedError, ToolException
-from toolexec.failopen import REDIS_ERRORS, FailOpen
+from toolexec.failopen import FailOpen
 from toolexec.keys import BUDGET_IDLE_TTL_S, Keys
-from toolexec.layers import Attempt, Layer, Outcome, Proceed
+from toolexec.layers import Attempt, Layer, Outcome, Proceed, Verdict
 from toolexec.lua import script_source
 
 __all__ = ["BudgetView", "RetryBudget", "RetryBudgetLayer", "RetryBudgetPolicy", "budget_name"]
@@ -170,32 +171,52 @@ class RetryBudget:
         """Whether a retry would be allowed now, changing nothing."""
         return self._ask(name, policy, "peek")
 
+    def record_into(
+        self,
+        batch: Batch,
+        name: str,
+        policy: RetryBudgetPolicy,
+        *,
+        first_attempt: bool,
+        failed: bool,
+    ) -> None:
+        """:meth:`record` queued on ``batch``, its reply unneeded."""
+        if policy.kind == "ratio" and not first_attempt:
+            return
+        op = "call" if policy.kind == "ratio" else ("fail" if failed else "succeed")
+        if policy.enabled and not self.fail_open.down():
+            self._queue(batch, name, policy, op, None)
+
     def _ask(self, name: str, policy: RetryBudgetPolicy, op: str) -> BudgetView:
         blind = BudgetView(name=name, kind=policy.kind, allowed=True)
         if not policy.enabled or self.fail_open.down():
             return blind
+        views = [blind]
+        batch = Batch()
+        self._queue(batch, name, policy, op, lambda raw: views.append(_view(name, policy, raw)))
+        batch.execute()
+        return views[-1]
+
+    def _queue(
+        self,
+        batch: Batch,
+        name: str,
+        policy: RetryBudgetPolicy,
+        op: str,
+        on_reply: Callable[[Any], None] | None,
+    ) -> None:
         now = "" if self.clock is None else repr(float(self.clock.now()))
         keys = [self.keys.budget(name), self.keys.budget_retries(name)]
-        try:
-            if policy.kind == "ratio":
-                args = [policy.window_s, policy.ratio, policy.min_retries, BUCKETS]
-                raw = self._ratio(keys=keys, args=[now, op, *args])
-                return BudgetView(
-                    name=name,
-                    kind="ratio",
-                    allowed=bool(int(raw[0])),
-                    calls=float(raw[1]),
-                    retries=float(raw[2]),
-                    allowance=float(raw[3]),
-                )
-            args = [policy.max_tokens, policy.token_ratio, self.idle_ttl_s]
-            raw = self._tokens(keys=keys, args=[now, op, *args])
-            return BudgetView(
-                name=name, kind="tokens", allowed=bool(int(raw[0])), tokens=float(raw[1])
-            )
-        except REDIS_ERRORS as exc:
-            self.fail_open.failed(exc, "retries follow the retry policy alone meanwhile")
-            return blind
+        if policy.kind == "ratio":
+            script = self._ratio
+            args: list[Any] = [now, op, policy.window_s, policy.ratio, policy.min_retries, BUCKETS]
+        else:
+            script = self._tokens
+            args = [now, op, policy.max_tokens, policy.token_ratio, self.idle_ttl_s]
+        batch.script(self.redis, script, keys, args, on_reply, self._failed)
+
+    def _failed(self, exc: Exception) -> None:
+        self.fail_open.failed(exc, "retries follow the retry policy alone meanwhile")
 
     def reset(self, name: str) -> None:
         """Forget a budget's history (tests, and an operator after an incident)."""
@@ -205,10 +226,12 @@ class RetryBudget:
 class RetryBudgetLayer(Layer):
     """Feeds each tool's budget on the way back, and has a say in its retries.
 
-    ``around`` records attempts that reached the service (not those a
-    breaker or the rate limiter refused); ``allow_retry`` answers whether a
-    retry the policy wants may spend the budget. Tools that cannot
-    retry (``max_attempts`` 1) are left alone: no Redis round trip for them.
+    ``around`` notes attempts that reached the service (not those a breaker
+    or the rate limiter refused), and ``record`` counts them in the
+    attempt's settlement round trip; ``allow_retry`` answers whether a retry
+    the policy wants may spend the budget, counting the attempt first (a
+    retry is the one path where the budget costs round trips of its own).
+    Tools that cannot retry (``max_attempts`` 1) are left alone.
     """
 
     name = "retry_budget"
@@ -218,15 +241,33 @@ class RetryBudgetLayer(Layer):
 
     def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         outcome = proceed()
-        policy = attempt.spec.policy.retry_budget
         if outcome.ran and _budgeted(attempt):
-            self.budget.record(
+            attempt.notes[self.name] = outcome  # recorded by allow_retry or record
+        return outcome
+
+    def record(self, attempt: Attempt, outcome: Outcome, verdict: Verdict, batch: Batch) -> None:
+        """Feed the budget in the settlement round trip, unless ``allow_retry`` already did."""
+        seen = attempt.notes.pop(self.name, None)
+        if isinstance(seen, Outcome):
+            policy = attempt.spec.policy.retry_budget
+            self.budget.record_into(
+                batch,
                 budget_name(attempt.tool, policy, attempt.arguments),
                 policy,
                 first_attempt=attempt.number == 1,
-                failed=counts_as_failure(outcome.failure),
+                failed=counts_as_failure(seen.failure),
             )
-        return outcome
+
+    def _record_now(self, attempt: Attempt, name: str) -> None:
+        """A retry is asked about: the attempt counts first, as it always did."""
+        seen = attempt.notes.pop(self.name, None)
+        if isinstance(seen, Outcome):
+            self.budget.record(
+                name,
+                attempt.spec.policy.retry_budget,
+                first_attempt=attempt.number == 1,
+                failed=counts_as_failure(seen.failure),
+            )
 
     def allow_retry(
         self, attempt: Attempt, failure: ToolException
@@ -236,6 +277,7 @@ class RetryBudgetLayer(Layer):
             return None
         policy = attempt.spec.policy.retry_budget
         name = budget_name(attempt.tool, policy, attempt.arguments)
+        self._record_now(attempt, name)
         view = self.budget.spend(name, policy)
         if view.allowed:
             return None
@@ -250,6 +292,19 @@ class RetryBudgetLayer(Layer):
                 "last_error": {"type": str(failure.error_type), "message": failure.message},
             },
         )
+
+
+def _view(name: str, policy: RetryBudgetPolicy, raw: Any) -> BudgetView:
+    if policy.kind == "ratio":
+        return BudgetView(
+            name=name,
+            kind="ratio",
+            allowed=bool(int(raw[0])),
+            calls=float(raw[1]),
+            retries=float(raw[2]),
+            allowance=float(raw[3]),
+        )
+    return BudgetView(name=name, kind="tokens", allowed=bool(int(raw[0])), tokens=float(raw[1]))
 
 
 def _budgeted(attempt: Attempt) -> bool:

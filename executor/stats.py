@@ -4,7 +4,8 @@ The Prometheus metrics of :mod:`toolexec.ops.metrics` live in each worker proces
 and need a scraper to add them up. These live in Redis, so one command on any
 host sees what the whole fleet did in the last minutes and which attempts run
 now, with no monitoring stack. Workers write them through :class:`CallStats`:
-one pipelined round trip when an attempt starts and one when it ends, into one
+a few commands when an attempt starts and when it ends, each time in the
+round trip the attempt makes anyway (``toolexec.batch``), into one
 hash per minute (bounded by the number of tools, not of calls) and one sorted
 set of running attempts, whose members carry a lease so that an attempt of a
 worker that died stops counting when its lease ends.
@@ -19,6 +20,7 @@ from typing import Any
 
 import redis
 
+from toolexec.batch import Batch, OnError
 from toolexec.clock import Clock, SystemClock
 from toolexec.keys import STATS_TTL_S, Keys
 
@@ -101,34 +103,86 @@ class CallStats:
 
     # -- the worker's side -------------------------------------------------
 
-    def started(self, tool: str, call_id: str, attempt: int, lease_until: float) -> None:
+    def started(
+        self,
+        tool: str,
+        call_id: str,
+        attempt: int,
+        lease_until: float,
+        batch: Batch | None = None,
+        on_error: OnError | None = None,
+    ) -> None:
         """An attempt starts; it counts as running until it ends or ``lease_until``."""
-        key = self.keys.in_flight()
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zadd(key, {_member(tool, call_id, attempt): lease_until})
-        pipe.expire(key, self.lease_ttl_s)
-        pipe.execute()
+        key, member = self.keys.in_flight(), _member(tool, call_id, attempt)
 
-    def retrying(self, tool: str, call_id: str, attempt: int, error_type: str) -> None:
+        def queue(pipe: Any) -> None:
+            pipe.zadd(key, {member: lease_until})
+            pipe.expire(key, self.lease_ttl_s)
+
+        self._send(queue, batch, on_error)
+
+    def retrying(
+        self,
+        tool: str,
+        call_id: str,
+        attempt: int,
+        error_type: str,
+        batch: Batch | None = None,
+        on_error: OnError | None = None,
+    ) -> None:
         """The attempt failed transiently and another one is scheduled."""
         counts = {"attempts": 1, "retries": 1, f"retried{_SEP}{error_type}": 1}
-        self._ended(tool, call_id, attempt, counts)
+        self._ended(tool, call_id, attempt, counts, batch, on_error)
 
-    def finished(self, tool: str, call_id: str, attempt: int, error_type: str | None) -> None:
+    def finished(
+        self,
+        tool: str,
+        call_id: str,
+        attempt: int,
+        error_type: str | None,
+        batch: Batch | None = None,
+        on_error: OnError | None = None,
+    ) -> None:
         """The call ended: ``error_type`` None means it succeeded."""
         outcome = "ok" if error_type is None else f"failed{_SEP}{error_type}"
-        self._ended(tool, call_id, attempt, {"attempts": 1, "calls": 1, outcome: 1})
+        counts = {"attempts": 1, "calls": 1, outcome: 1}
+        self._ended(tool, call_id, attempt, counts, batch, on_error)
 
-    def withdrawn(self, tool: str, call_id: str, attempt: int) -> None:
+    def withdrawn(
+        self,
+        tool: str,
+        call_id: str,
+        attempt: int,
+        batch: Batch | None = None,
+        on_error: OnError | None = None,
+    ) -> None:
         """The attempt stopped without an outcome of its own (deferred, or answered elsewhere)."""
-        self._ended(tool, call_id, attempt, {})
+        self._ended(tool, call_id, attempt, {}, batch, on_error)
 
-    def _ended(self, tool: str, call_id: str, attempt: int, counts: dict[str, int]) -> None:
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.zrem(self.keys.in_flight(), _member(tool, call_id, attempt))
-        if counts:
-            self._count(pipe, tool, counts)
-        pipe.execute()
+    def _ended(
+        self,
+        tool: str,
+        call_id: str,
+        attempt: int,
+        counts: dict[str, int],
+        batch: Batch | None,
+        on_error: OnError | None,
+    ) -> None:
+        member = _member(tool, call_id, attempt)
+
+        def queue(pipe: Any) -> None:
+            pipe.zrem(self.keys.in_flight(), member)
+            if counts:
+                self._count(pipe, tool, counts)
+
+        self._send(queue, batch, on_error)
+
+    def _send(self, queue: Any, batch: Batch | None, on_error: OnError | None) -> None:
+        """Queue on ``batch`` (sent with the attempt's other commands), else send now."""
+        own = Batch() if batch is None else batch
+        own.add(self.redis, queue, on_error=on_error)
+        if batch is None:
+            own.execute()
 
     def _count(self, pipe: Any, tool: str, counts: dict[str, int]) -> None:
         key = self.keys.stats(int(self.clock.now() // 60))

@@ -33,6 +33,7 @@ import redis
 from celery import Celery
 
 from toolexec.app import settings_of
+from toolexec.batch import Batch
 from toolexec.breaker import CircuitBreaker
 from toolexec.breaker.layer import BreakerLayer
 from toolexec.clock import Clock
@@ -140,18 +141,30 @@ class WorkerRuntime:
     # -- the one way out for answers ---------------------------------------------
 
     def conclude(
-        self, spec: ToolSpec, arguments: Any, ctx: CallContext, final: Final, attempt: int
+        self,
+        spec: ToolSpec,
+        arguments: Any,
+        ctx: CallContext,
+        final: Final,
+        attempt: int,
+        batch: Batch | None = None,
     ) -> str:
-        """A call's final verdict: its fallback chain takes it over, or it is delivered."""
+        """A call's final verdict: its fallback chain takes it over, or it is delivered.
+
+        ``batch`` holds the attempt's settlement (the layers' records); it goes
+        out with the answer, or before the chain's first step.
+        """
+        batch = Batch() if batch is None else batch
         ctx = ctx.joining(final.joined)
         action = self.chains.after_final(spec, arguments, ctx, final.result)
         if action is None:
-            self.deliver(ctx, final.result, attempt, release=final.release)
+            self.deliver(ctx, final.result, attempt, release=final.release, batch=batch)
             return "answered"
         if final.release is not None:
-            self.idempotency.release(final.release)
+            self.idempotency.release(final.release, batch)
         # this attempt is over; the call's end is counted by whichever step answers
-        self.observers.withdrawn(spec, ctx, attempt)
+        self.observers.withdrawn(spec, ctx, attempt, batch)
+        batch.execute()
         return self.carry_out(ctx, action, attempt)
 
     def carry_out(self, ctx: CallContext, action: Action, attempt: int) -> str:
@@ -179,33 +192,61 @@ class WorkerRuntime:
         return f"sent {action.task} ({action.task_id})"
 
     def deliver(
-        self, ctx: CallContext, result: ToolResult, attempt: int, *, release: Lease | None = None
+        self,
+        ctx: CallContext,
+        result: ToolResult,
+        attempt: int,
+        *,
+        release: Lease | None = None,
+        batch: Batch | None = None,
     ) -> None:
         """Answer the call, and with the same result every call that joined it.
 
-        All the answers, and the release of the call's lease if it holds one,
-        go in one round trip.
+        All the answers, the release of the call's lease if it holds one, the
+        counters and whatever else ``batch`` holds (the layers' records) go in
+        one round trip, the answers last: whoever reads the counters or the
+        breaker after the answer arrived sees this call in them.
         """
+        batch = Batch() if batch is None else batch
         now = self.clock.now()
-        pipe = self.redis.pipeline(transaction=False)
-        queue_reply(pipe, self.keys, ctx.reply_to, result, max(0.0, ctx.deadline - now))
         answers = [(ctx, attempt, result)]
         for joined in ctx.joined:
             waiter = joined.context(ctx.tool)
             answer = restamped(result, waiter, now, replayed=True, attempts=0)
-            queue_reply(pipe, self.keys, waiter.reply_to, answer, waiter.deadline - now)
             answers.append((waiter, 0, answer))
         if release is not None:
-            self.idempotency.release(release, pipe)
-        # counted before the answer goes out: whoever reads the metrics after the
-        # answer arrived sees the call counted
+            self.idempotency.release(release, batch)
         for answered, number, sent in answers:
-            self.observers.finished(answered, number, sent)
-        pipe.execute()
+            self.observers.finished(answered, number, sent, batch)
+
+        def queue(pipe: Any) -> None:
+            for answered, _, sent in answers:
+                queue_reply(pipe, self.keys, answered.reply_to, sent, answered.deadline - now)
+
+        batch.add(self.redis, queue)
+        batch.execute()
         for _, _, sent in answers:
             _log_outcome(sent)
 
-    def fail(self, ctx: CallContext, kind: ErrorType, message: str, attempt: int) -> None:
+    def flush(self, batch: Batch) -> None:
+        """Send an attempt's settlement that answers nobody (a retry, a deferral).
+
+        Its owners handle Redis being away themselves; what is left is a bug,
+        logged: the retry still goes out.
+        """
+        try:
+            batch.execute()
+        except Exception:
+            log.exception("an attempt's settlement failed; the call goes on")
+
+    def fail(
+        self,
+        ctx: CallContext,
+        kind: ErrorType,
+        message: str,
+        attempt: int,
+        batch: Batch | None = None,
+    ) -> None:
         """Answer a call that toolexec itself could not carry on (a bug, a refused retry)."""
         info = ErrorInfo(
             type=kind,
@@ -214,7 +255,8 @@ class WorkerRuntime:
             suggestion="toolexec itself failed; try again later and report it if it persists.",
         )
         now = self.clock.now()
-        self.deliver(ctx, error_result(ctx, info, attempts=attempt, now=now), attempt)
+        result = error_result(ctx, info, attempts=attempt, now=now)
+        self.deliver(ctx, result, attempt, batch=batch)
 
     # -- background work -----------------------------------------------------------
 

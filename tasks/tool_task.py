@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 from celery import Celery, Task
 from celery.exceptions import Retry as CeleryRetry
 
+from toolexec.batch import Batch
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
 from toolexec.execution import Defer, Final, Retry, Verdict
@@ -57,12 +58,20 @@ class ToolTask(Task):  # type: ignore[misc]
     def runtime(self) -> WorkerRuntime:
         return runtime_of(self.app)
 
-    def act(self, arguments: Any, ctx: CallContext, verdict: Verdict) -> dict[str, Any]:
-        """Map the executor's verdict onto Celery; see the module doc."""
+    def act(
+        self, arguments: Any, ctx: CallContext, verdict: Verdict, settlement: Batch | None = None
+    ) -> dict[str, Any]:
+        """Map the executor's verdict onto Celery; see the module doc.
+
+        ``settlement`` holds the attempt's writes that are not sent yet (the
+        layers' records); they go out with the answer, or before the message
+        comes back: one round trip either way.
+        """
         number = attempt_number(self.request.retries, ctx)
         runtime = self.runtime
+        settlement = Batch() if settlement is None else settlement
         if isinstance(verdict, Final):
-            step = runtime.conclude(self.spec, arguments, ctx, verdict, number)
+            step = runtime.conclude(self.spec, arguments, ctx, verdict, number, settlement)
             result = verdict.result
             if result.error is not None:
                 raise ToolFailed(
@@ -70,13 +79,16 @@ class ToolTask(Task):  # type: ignore[misc]
                 )
             return {"status": result.status, "attempts": result.attempts, "step": step}
         if isinstance(verdict, Retry):
-            runtime.observers.retrying(self.spec, ctx, number, verdict.error.error_type)
+            error_type = verdict.error.error_type
+            runtime.observers.retrying(self.spec, ctx, number, error_type, settlement)
+            runtime.flush(settlement)
             why = (
                 f"{verdict.error.error_type}: {verdict.error.message}; "
                 f"retrying in {verdict.delay:.3f} s"
             )
             self._again(ctx, verdict.context, verdict.delay, self._retries_allowed(verdict), why)
-        runtime.observers.withdrawn(self.spec, ctx, number)
+        runtime.observers.withdrawn(self.spec, ctx, number, settlement)
+        runtime.flush(settlement)
         if isinstance(verdict, Defer):
             # Celery counts a deferral as a retry though it used no attempt: always allow it
             why = f"rate limited by toolexec; waiting {verdict.delay:.3f} s for a slot"
@@ -130,14 +142,20 @@ def _run_tool(self: ToolTask, arguments: Any, context: dict[str, Any]) -> dict[s
     ctx = CallContext.from_json(context)
     runtime = self.runtime
     number = attempt_number(self.request.retries, ctx)
-    runtime.observers.started(self.spec, ctx, number)
+    # one round trip to admit the attempt (the counter with the layers' asks)
+    # and one to settle it (their records, the counter, the answer)
+    admission, settlement = Batch(), Batch()
+    runtime.observers.started(self.spec, ctx, number, admission)
     try:
-        verdict = runtime.executor.attempt(self.spec, arguments, ctx, number)
+        verdict = runtime.executor.attempt(
+            self.spec, arguments, ctx, number, admission=admission, settlement=settlement
+        )
     except Exception as exc:  # a bug in toolexec; the caller still gets an answer
         log.exception("internal error running %s", self.spec.name)
-        runtime.fail(ctx, ErrorType.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", number)
+        message = f"{type(exc).__name__}: {exc}"
+        runtime.fail(ctx, ErrorType.INTERNAL_ERROR, message, number, settlement)
         raise
-    return self.act(arguments, ctx, verdict)
+    return self.act(arguments, ctx, verdict, settlement)
 
 
 def register_tool_task(celery_app: Celery, spec: ToolSpec) -> Task:

@@ -8,33 +8,45 @@ read the same state.
 A breaker counts calls, not attempts: "5 failures in a row" means five calls
 that failed, whatever their ``max_attempts``. A failed attempt that will be
 retried is therefore not recorded; only the call's last attempt is, once the
-executor's verdict says the call is over (:meth:`BreakerLayer.settle`). A
-half-open probe is the exception: it is recorded at once, because the probe's
-question, "is the service back?", has been answered by that one attempt.
+executor's verdict says the call is over (:meth:`BreakerLayer.record`). A
+half-open probe is the exception: it is recorded whatever the verdict,
+because the probe's question, "is the service back?", has been answered by
+that one attempt.
+
+The permit is asked for in the attempt's admission round trip and the outcome
+recorded in its settlement round trip (``toolexec.batch``), so the breaker
+adds no round trip of its own. When an outer layer answers first (a replay,
+a deferral), the permit was asked for all the same: a closed breaker wrote
+nothing for it, and a probe permit is given back in the settlement.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toolexec.breaker.policy import BreakerPolicy, breaker_name, counts_as_failure
+from toolexec.batch import Batch
+from toolexec.breaker.policy import breaker_name, counts_as_failure
 from toolexec.breaker.store import CircuitBreaker
 from toolexec.breaker.views import Admission
-from toolexec.errors import ToolException
 from toolexec.layers import Attempt, Layer, Outcome, Proceed, Retry, Verdict
 
 __all__ = ["BreakerLayer"]
 
 
-@dataclass(frozen=True)
-class _Pending:
-    """A failed attempt waiting for the verdict: recorded if the call ends with it."""
+@dataclass
+class _Note:
+    """What ``admit`` asked and ``around`` saw, for ``record``."""
 
     name: str
-    policy: BreakerPolicy
-    admission: Admission
-    failure: ToolException
-    duration_s: float
+    admission: Admission | None = None
+    seen: Outcome | None = None  # the body's outcome, once ``around`` ran it
+
+
+def _counted(note: _Note, admission: Admission, verdict: Verdict) -> bool:
+    """Whether this attempt is recorded: not a failed one the call retries, unless a probe."""
+    assert note.seen is not None
+    failed = counts_as_failure(note.seen.failure)
+    return not (failed and isinstance(verdict, Retry) and not admission.probe)
 
 
 class BreakerLayer(Layer):
@@ -45,44 +57,47 @@ class BreakerLayer(Layer):
     def __init__(self, breakers: CircuitBreaker) -> None:
         self.breakers = breakers
 
+    def admit(self, attempt: Attempt, batch: Batch) -> None:
+        note = _Note(breaker_name(attempt.tool, attempt.spec.policy.breaker_key, attempt.arguments))
+        attempt.notes[self.name] = note
+
+        def admitted(admission: Admission) -> None:
+            note.admission = admission
+
+        self.breakers.acquire_into(batch, note.name, attempt.spec.policy.breaker, admitted)
+
     def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
-        policy = attempt.spec.policy.breaker
-        name = breaker_name(attempt.tool, attempt.spec.policy.breaker_key, attempt.arguments)
-        admission = self.breakers.acquire(name, policy)
+        note = attempt.notes.get(self.name)
+        if not isinstance(note, _Note) or note.admission is None:  # admitted alone
+            name = breaker_name(attempt.tool, attempt.spec.policy.breaker_key, attempt.arguments)
+            note = _Note(name, self.breakers.acquire(name, attempt.spec.policy.breaker))
+            attempt.notes[self.name] = note
+        admission = note.admission
+        assert admission is not None
         if not admission.allowed:
+            note.admission = None  # nothing to give back or record
             return Outcome(failure=admission.refusal(), ran=False)
-        outcome = proceed()
-        failure = outcome.failure
-        if failure is not None and counts_as_failure(failure) and not admission.probe:
-            attempt.notes[self.name] = _Pending(
-                name, policy, admission, failure, outcome.duration_s
-            )
-            return outcome
-        self._record(name, policy, admission, failure, outcome.duration_s)
-        return outcome
+        note.seen = proceed()
+        return note.seen
 
-    def settle(self, attempt: Attempt, outcome: Outcome, verdict: Verdict) -> Verdict:
-        """Count a failed attempt only if the call ends with it, not if it is retried."""
-        pending = attempt.notes.pop(self.name, None)
-        if isinstance(pending, _Pending) and not isinstance(verdict, Retry):
-            self._record(
-                pending.name, pending.policy, pending.admission, pending.failure, pending.duration_s
-            )
-        return verdict
-
-    def _record(
-        self,
-        name: str,
-        policy: BreakerPolicy,
-        admission: Admission,
-        failure: ToolException | None,
-        duration_s: float,
-    ) -> None:
-        self.breakers.record(
-            name,
-            policy,
+    def record(self, attempt: Attempt, outcome: Outcome, verdict: Verdict, batch: Batch) -> None:
+        """Count the call's outcome; give back a permit that no attempt used."""
+        note = attempt.notes.get(self.name)
+        if not isinstance(note, _Note) or note.admission is None:
+            return
+        admission = note.admission
+        if note.seen is None:  # an outer layer answered: this permit was never used
+            self.breakers.release_into(batch, admission)
+            return
+        if not _counted(note, admission, verdict):
+            return
+        failure = note.seen.failure
+        self.breakers.record_into(
+            batch,
+            note.name,
+            attempt.spec.policy.breaker,
             admission,
             success=not counts_as_failure(failure),
-            duration_s=duration_s,
+            duration_s=note.seen.duration_s,
             retry_after=getattr(failure, "retry_after", None),
         )

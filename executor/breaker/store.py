@@ -34,13 +34,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import redis
 from redis.commands.core import Script
 
+from toolexec.batch import Batch
 from toolexec.breaker.policy import BreakerPolicy
 from toolexec.breaker.views import (
     Admission,
@@ -122,6 +123,10 @@ def _check_name(name: str) -> None:
             f"breaker name {name!r} must be 1-200 characters without braces or blanks, "
             "e.g. 'get_weather' or 'http_request@api.example.com'"
         )
+
+
+def _ignore_error(exc: Exception) -> None:
+    """The record that follows says what Redis being away means; this one adds nothing."""
 
 
 def _num(value: float | None) -> str:
@@ -233,18 +238,44 @@ class CircuitBreaker:
         One round trip. While closed this writes nothing; the move from open
         to half-open happens here, in the first acquire after open-until.
         """
+        batch = Batch()
+        admitted: list[Admission] = []
+        self.acquire_into(batch, name, policy, admitted.append)
+        batch.execute()
+        return admitted[0]
+
+    def acquire_into(
+        self, batch: Batch, name: str, policy: BreakerPolicy, admit: Callable[[Admission], None]
+    ) -> None:
+        """:meth:`acquire` queued on ``batch``: ``admit`` gets the admission when it runs.
+
+        Disabled, or while Redis is away, the answer comes at once, blind.
+        """
         _check_name(name)
         if not policy.enabled:
-            return Admission(name=name, allowed=True, state=None)
+            admit(Admission(name=name, allowed=True, state=None))
+            return
         blind = Admission(name=name, allowed=self.on_redis_error == "allow", state=None)
         if self.fail_open.down():
-            return blind
-        args = [policy.half_open_probes, policy.probe_lease_s, uuid.uuid4().hex, self.idle_ttl_s]
-        try:
-            reply = self._run(self._acquire, name, args)
-        except REDIS_ERRORS as exc:
+            admit(blind)
+            return
+
+        def failed(exc: Exception) -> None:
             self._unreachable(exc)
-            return blind
+            admit(blind)
+
+        args = [policy.half_open_probes, policy.probe_lease_s, uuid.uuid4().hex, self.idle_ttl_s]
+        batch.script(
+            self.redis,
+            self._acquire,
+            self._keys(name),
+            [self._now_arg(), *args],
+            lambda raw: admit(self._admission(name, raw)),
+            failed,
+        )
+
+    def _admission(self, name: str, raw: Sequence[Any]) -> Admission:
+        reply = self._reply(name, raw)
         return Admission(
             name=name,
             allowed=reply.verdict != "deny",
@@ -254,6 +285,13 @@ class CircuitBreaker:
             retry_after=reply.wait,
             open_until=reply.view.open_until,
         )
+
+    def release_into(self, batch: Batch, admission: Admission) -> None:
+        """Give back a probe permit that no call used (an outer layer answered first)."""
+        if admission.permit is None:
+            return
+        key, permit = self.keys.breaker_probes(admission.name), admission.permit
+        batch.add(self.redis, lambda pipe: pipe.zrem(key, permit), on_error=self._unreachable)
 
     def record(
         self,
@@ -273,12 +311,41 @@ class CircuitBreaker:
         nothing. One round trip (plus one per name per process and quarter
         idle TTL, to list the name for ``toolexec breakers``).
         """
+        batch = Batch()
+        caused: list[Transition | None] = [None]
+        self.record_into(
+            batch,
+            name,
+            policy,
+            admission,
+            success=success,
+            duration_s=duration_s,
+            retry_after=retry_after,
+            caused=lambda transition: caused.__setitem__(0, transition),
+        )
+        batch.execute()
+        return caused[0]
+
+    def record_into(
+        self,
+        batch: Batch,
+        name: str,
+        policy: BreakerPolicy,
+        admission: Admission,
+        *,
+        success: bool,
+        duration_s: float,
+        retry_after: float | None = None,
+        caused: Callable[[Transition | None], None] | None = None,
+    ) -> None:
+        """:meth:`record` queued on ``batch``; ``caused`` gets the transition, if any."""
         _check_name(name)
         if admission.name != name:
             raise UsageError(f"an admission of {admission.name!r} was recorded on {name!r}")
         if not policy.enabled or not admission.allowed or self.fail_open.down():
-            return None
+            return
         args = [
+            self._now_arg(),
             "0" if success else "1",
             "1" if policy.is_slow(duration_s) else "0",
             _num(retry_after),
@@ -292,12 +359,16 @@ class CircuitBreaker:
             policy.close_after,
             self.idle_ttl_s,
         ]
-        try:
-            self._register(name)
-            return self._run(self._record, name, args).transition
-        except REDIS_ERRORS as exc:
-            self._unreachable(exc)
-            return None
+        self._register_into(batch, name)
+
+        def recorded(raw: Sequence[Any]) -> None:
+            transition = self._reply(name, raw).transition
+            if caused is not None:
+                caused(transition)
+
+        batch.script(
+            self.redis, self._record, self._keys(name), args, recorded, self._unreachable
+        )
 
     # -- the operator's switches -------------------------------------------
 
@@ -352,6 +423,10 @@ class CircuitBreaker:
 
     def _run(self, script: Script, name: str, args: list[Any]) -> _Reply:
         raw = script(keys=self._keys(name), args=[self._now_arg(), *args])
+        return self._reply(name, raw)
+
+    def _reply(self, name: str, raw: Sequence[Any]) -> _Reply:
+        """A script's reply, its transition (if any) announced to the listeners."""
         reply = _parse(name, raw)
         if reply.transition is not None:
             self._announce(reply.transition)
@@ -368,16 +443,24 @@ class CircuitBreaker:
             raise self._unavailable(exc) from exc
 
     def _register(self, name: str) -> None:
-        """List the name for ``toolexec breakers``; a separate key, so outside the scripts.
+        """List the name for ``toolexec breakers``; a separate key, so outside the scripts."""
+        batch = Batch()
+        self._register_into(batch, name, on_error=None)
+        batch.execute()
 
-        Once per quarter idle TTL per process: often enough that a live
-        breaker's entry is never old enough to be pruned.
+    def _register_into(
+        self, batch: Batch, name: str, on_error: Callable[[Exception], None] | None = _ignore_error
+    ) -> None:
+        """:meth:`_register` on ``batch``: once per quarter idle TTL per process.
+
+        Often enough that a live breaker's entry is never old enough to be pruned.
         """
         now = self._local_now()
         last = self._registered.get(name)
         if last is not None and now - last < self.idle_ttl_s / 4:
             return
-        self.redis.zadd(self.keys.breakers(), {name: now})
+        key = self.keys.breakers()
+        batch.add(self.redis, lambda pipe: pipe.zadd(key, {name: now}), on_error=on_error)
         self._registered[name] = now
 
     def _prune(self, gone: list[str]) -> None:

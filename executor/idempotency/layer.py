@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from toolexec.batch import Batch
 from toolexec.classify import classify_exception
 from toolexec.clock import Clock, SystemClock
 from toolexec.errors import (
@@ -84,6 +85,14 @@ class Elsewhere:
     reason: str
 
 
+@dataclass
+class _Begun:
+    """What the admission round trip answered: a claim, or Redis's error."""
+
+    claim: Claim | None = None
+    error: Exception | None = None
+
+
 Note = Held | Replayed | Elsewhere
 
 
@@ -137,10 +146,26 @@ class IdempotencyLayer(Layer):
 
     # -- around the body ---------------------------------------------------
 
+    def admit(self, attempt: Attempt, batch: Batch) -> None:
+        """Begin the record in the attempt's admission round trip; ``around`` reads the claim."""
+        begun = _Begun()
+        attempt.notes[self.name] = begun
+        mode = call_mode(attempt.spec, attempt.ctx)
+
+        def claimed(claim: Claim) -> None:
+            begun.claim = claim
+
+        def failed(exc: Exception) -> None:
+            begun.error = exc
+
+        self.store.begin_into(
+            batch, **self._begin_args(attempt, mode), on_claim=claimed, on_error=failed
+        )
+
     def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         mode = call_mode(attempt.spec, attempt.ctx)
         try:
-            claim = self._begin(attempt, mode)
+            claim = self._claimed(attempt, mode)
         except REDIS_ERRORS as exc:
             if mode != "idempotent":  # a shared read or a hand-over is a help: run it alone
                 return proceed()
@@ -158,7 +183,17 @@ class IdempotencyLayer(Layer):
         attempt.notes[self.name] = note
         return outcome
 
-    def _begin(self, attempt: Attempt, mode: Mode) -> Claim:
+    def _claimed(self, attempt: Attempt, mode: Mode) -> Claim:
+        """The claim ``admit`` got, or (admitted alone) one asked for now."""
+        begun = attempt.notes.pop(self.name, None)
+        if isinstance(begun, _Begun):
+            if begun.error is not None:
+                raise begun.error
+            if begun.claim is not None:
+                return begun.claim
+        return self.store.begin(**self._begin_args(attempt, mode))
+
+    def _begin_args(self, attempt: Attempt, mode: Mode) -> dict[str, Any]:
         spec, ctx = attempt.spec, attempt.ctx
         message = Message(
             task=spec.task_name,
@@ -168,14 +203,14 @@ class IdempotencyLayer(Layer):
             attempt=attempt.number,
         )
         args_hash = arguments_hash(spec.name, attempt.arguments)
-        return self.store.begin(
-            record_id(mode, args_hash, ctx),
-            args_hash=args_hash,
-            ctx=ctx,
-            mode=mode,
-            has_check=mode == "idempotent" and spec.check is not None,
-            message=message,
-        )
+        return {
+            "record": record_id(mode, args_hash, ctx),
+            "args_hash": args_hash,
+            "ctx": ctx,
+            "mode": mode,
+            "has_check": mode == "idempotent" and spec.check is not None,
+            "message": message,
+        }
 
     def _hold(
         self, attempt: Attempt, proceed: Proceed, lease: Lease, mode: Mode, uncertain: bool

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 from redis.commands.core import Script
 
+from toolexec.batch import Batch
 from toolexec.clock import Clock
 from toolexec.context import CallContext
 from toolexec.idempotency.records import (
@@ -91,9 +92,38 @@ class IdempotencyStore:
         message: Message,
     ) -> Claim:
         """Take the call, join it, or find it done: one atomic step."""
+        claims: list[Claim] = []
+        batch = Batch()
+        self.begin_into(
+            batch,
+            record,
+            args_hash=args_hash,
+            ctx=ctx,
+            mode=mode,
+            has_check=has_check,
+            message=message,
+            on_claim=claims.append,
+        )
+        batch.execute()
+        return claims[0]
+
+    def begin_into(
+        self,
+        batch: Batch,
+        record: str,
+        *,
+        args_hash: str,
+        ctx: CallContext,
+        mode: Mode,
+        has_check: bool,
+        message: Message,
+        on_claim: Callable[[Claim], None],
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> None:
+        """:meth:`begin` queued on ``batch``: ``on_claim`` gets the claim when it runs."""
         owner = uuid.uuid4().hex
-        raw = self._run(
-            self._begin,
+        args = [
+            self._now_arg(),
             record,
             args_hash,
             ctx.call_id,
@@ -108,15 +138,15 @@ class IdempotencyStore:
             _dumps(message.arguments),
             message.attempt,
             self._retention(mode, ctx),
+        ]
+        batch.script(
+            self.redis,
+            self._begin,
+            self._keys(record),
+            args,
+            lambda raw: on_claim(_claim(record, owner, raw)),
+            on_error,
         )
-        kind = _text(raw[0])
-        if kind == "acquired":
-            lease = Lease(record, owner, int(_text(raw[1])))
-            return Claim("acquired", lease=lease, uncertain=_text(raw[2]) == "1")
-        if kind == "replay":
-            stored = ToolResult.model_validate_json(_text(raw[3]))
-            return Claim("replay", state=_text(raw[2]), stored=stored)
-        return Claim(kind)  # type: ignore[arg-type]
 
     def _retention(self, mode: Mode, ctx: CallContext) -> float:
         """How long a record may outlive its last write (``Keys.idempotency``).
@@ -179,10 +209,10 @@ class IdempotencyStore:
         waiters = [CallContext.from_json(json.loads(_text(w))) for w in raw[1]]
         return Finished(_text(raw[0]) == "ok", waiters)
 
-    def release(self, lease: Lease, pipe: redis.client.Pipeline | None = None) -> None:
+    def release(self, lease: Lease, batch: Batch | None = None) -> None:
         """Delete a leased call's record if ``lease`` still holds it.
 
-        With ``pipe``, the script is only queued there: the worker releases a
+        With ``batch``, the script is only queued there: the worker releases a
         read-only call's lease in the round trip that delivers its answer.
         """
         args: list[str | int] = [
@@ -194,7 +224,10 @@ class IdempotencyStore:
             "",
             0,
         ]
-        self._finish(keys=self._keys(lease.record), args=args, client=pipe or self.redis)
+        own = Batch() if batch is None else batch
+        own.script(self.redis, self._finish, self._keys(lease.record), args)
+        if batch is None:
+            own.execute()
 
     def due(self, limit: int = 100) -> list[str]:
         """Records whose lease has ended, by the index (a hint; :meth:`claim` decides)."""
@@ -242,6 +275,17 @@ class IdempotencyStore:
 
     def _run(self, script: Script, record: str, *args: Any) -> Any:
         return script(keys=self._keys(record), args=[self._now_arg(), record, *args])
+
+
+def _claim(record: str, owner: str, raw: Sequence[Any]) -> Claim:
+    kind = _text(raw[0])
+    if kind == "acquired":
+        lease = Lease(record, owner, int(_text(raw[1])))
+        return Claim("acquired", lease=lease, uncertain=_text(raw[2]) == "1")
+    if kind == "replay":
+        stored = ToolResult.model_validate_json(_text(raw[3]))
+        return Claim("replay", state=_text(raw[2]), stored=stored)
+    return Claim(kind)  # type: ignore[arg-type]
 
 
 def _dumps(value: Any) -> str:
