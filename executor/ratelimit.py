@@ -14,22 +14,29 @@ kept (``CallContext.slot_for``) and runs without asking again. A call whose
 slot would come after its deadline reserves nothing and ends at once with
 ``rate_limited`` and ``retry_after``. While Redis is unreachable, limits step
 aside and a warning is logged.
+
+The slot is reserved in the attempt's admission round trip, together with the
+other layers' asks (``toolexec.batch``). An attempt that an outer layer
+answers first (a replay, a duplicate in flight) gives its slot back in the
+settlement, unless a later reservation came in between: then that slot stays
+spent, as if the call had been made.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
+from toolexec.batch import Batch
 from toolexec.clock import Clock, SystemClock
 from toolexec.errors import ConfigurationError, ThrottledError
-from toolexec.failopen import REDIS_ERRORS, FailOpen
+from toolexec.failopen import FailOpen
 from toolexec.keys import Keys
-from toolexec.layers import Attempt, Layer, Outcome, Proceed
+from toolexec.layers import Attempt, Layer, Outcome, Proceed, Verdict
 from toolexec.lua import script_source
 
 __all__ = ["RateLimitLayer", "RateLimitPolicy", "RateLimiter", "Slot"]
@@ -66,10 +73,15 @@ class RateLimitPolicy:
 
 @dataclass(frozen=True)
 class Slot:
-    """When a call may go: now (``wait`` 0), later (``reserved``), or not before its deadline."""
+    """When a call may go: now (``wait`` 0), later (``reserved``), or not before its deadline.
+
+    ``due`` is the due time the reservation set (None: nothing reserved in
+    Redis), what :meth:`RateLimiter.release_into` needs to give it back.
+    """
 
     wait: float
     reserved: bool
+    due: str | None = None
 
     @property
     def now(self) -> bool:
@@ -87,22 +99,60 @@ class RateLimiter:
         self.clock = clock
         self.fail_open = FailOpen("shared rate limits", clock=clock)
         self._reserve = client.register_script(script_source("rate_limit"))
+        self._release = client.register_script(script_source("rate_limit_release"))
 
     def now(self) -> float:
         return (self.clock or SystemClock()).now()
 
     def reserve(self, name: str, policy: RateLimitPolicy, max_wait: float) -> Slot:
         """The next slot of ``name``, taken if it comes within ``max_wait`` seconds."""
+        slots: list[Slot] = []
+        batch = Batch()
+        self.reserve_into(batch, name, policy, max_wait, slots.append)
+        batch.execute()
+        return slots[0]
+
+    def reserve_into(
+        self,
+        batch: Batch,
+        name: str,
+        policy: RateLimitPolicy,
+        max_wait: float,
+        take: Callable[[Slot], None],
+    ) -> None:
+        """:meth:`reserve` queued on ``batch``: ``take`` gets the slot when it runs.
+
+        While Redis is away the call goes at once, unlimited (``toolexec.failopen``).
+        """
+        unlimited = Slot(wait=0.0, reserved=True)
         if self.fail_open.down():
-            return Slot(wait=0.0, reserved=True)
+            take(unlimited)
+            return
+
+        def failed(exc: Exception) -> None:
+            self.fail_open.failed(exc, "calls are not rate limited meanwhile")
+            take(unlimited)
+
+        def reserved(raw: Any) -> None:
+            due = _text(raw[2]) if len(raw) > 2 else None
+            take(Slot(wait=float(raw[1]), reserved=bool(int(raw[0])), due=due))
+
         now = "" if self.clock is None else repr(float(self.clock.now()))
         args: list[str | int] = [now, repr(policy.interval), policy.burst, repr(max(0.0, max_wait))]
-        try:
-            raw = self._reserve(keys=[self.keys.rate_limit(name)], args=args)
-        except REDIS_ERRORS as exc:
+        batch.script(
+            self.redis, self._reserve, [self.keys.rate_limit(name)], args, reserved, failed
+        )
+
+    def release_into(self, batch: Batch, name: str, policy: RateLimitPolicy, slot: Slot) -> None:
+        """Give back ``slot`` if it is still the last one reserved (its attempt never ran)."""
+        if slot.due is None:
+            return
+        args = [slot.due, repr(policy.interval)]
+
+        def failed(exc: Exception) -> None:
             self.fail_open.failed(exc, "calls are not rate limited meanwhile")
-            return Slot(wait=0.0, reserved=True)
-        return Slot(wait=float(raw[1]), reserved=bool(int(raw[0])))
+
+        batch.script(self.redis, self._release, [self.keys.rate_limit(name)], args, None, failed)
 
     def reset(self, name: str) -> None:
         self.redis.delete(self.keys.rate_limit(name))
@@ -132,15 +182,53 @@ class RateLimitLayer(Layer):
     def policy_for(self, attempt: Attempt) -> RateLimitPolicy | None:
         return self.overrides.get(attempt.tool) or attempt.spec.policy.rate_limit
 
+    def admit(self, attempt: Attempt, batch: Batch) -> None:
+        """Reserve the slot in the admission round trip; ``around`` reads it."""
+        policy = self.policy_for(attempt)
+        if policy is None or attempt.ctx.slot_for == attempt.number:
+            return
+        note = _Note(policy)
+        attempt.notes[self.name] = note
+        left = attempt.ctx.deadline - self.clock.now()
+
+        def take(slot: Slot) -> None:
+            note.slot = slot
+
+        self.limiter.reserve_into(batch, attempt.tool, policy, left, take)
+
     def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         policy = self.policy_for(attempt)
         if policy is None or attempt.ctx.slot_for == attempt.number:
             return proceed()  # no limit, or this attempt's slot was reserved before it was deferred
-        left = attempt.ctx.deadline - self.clock.now()
-        slot = self.limiter.reserve(attempt.tool, policy, left)
+        note = attempt.notes.get(self.name)
+        if isinstance(note, _Note) and note.slot is not None:
+            slot = note.slot
+            note.used = True
+        else:  # admitted alone
+            left = attempt.ctx.deadline - self.clock.now()
+            slot = self.limiter.reserve(attempt.tool, policy, left)
         if slot.now:
             return proceed()
         return Outcome(failure=_throttled(attempt.tool, policy, slot), ran=False)
+
+    def record(self, attempt: Attempt, outcome: Outcome, verdict: Verdict, batch: Batch) -> None:
+        """An outer layer answered before ``around``: the slot goes back, if it still can."""
+        note = attempt.notes.get(self.name)
+        if isinstance(note, _Note) and note.slot is not None and not note.used:
+            self.limiter.release_into(batch, attempt.tool, note.policy, note.slot)
+
+
+@dataclass
+class _Note:
+    """The slot ``admit`` reserved, and whether ``around`` used it."""
+
+    policy: RateLimitPolicy
+    slot: Slot | None = None
+    used: bool = False
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _throttled(tool: str, policy: RateLimitPolicy, slot: Slot) -> ThrottledError:

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 import redis
 import redis.exceptions
 
+from toolexec.batch import Batch, OnError
 from toolexec.clock import Clock
 from toolexec.fallback.steps import LastGood
 from toolexec.keys import Keys
-from toolexec.layers import Attempt, Layer, Outcome, Proceed
+from toolexec.layers import Attempt, Layer, Outcome, Proceed, Verdict
 from toolexec.normalize import arguments_hash
 
 if TYPE_CHECKING:  # a type only: the registry imports the fallback steps
@@ -78,12 +79,29 @@ class LastGoodCache:
         payload: dict[str, Any] | None = None,
     ) -> bool:
         """Keep ``data`` as the call's last good result; False when it is too large to keep."""
+        batch = Batch()
+        stored = self.store_into(batch, tool, arguments, step, data, payload)
+        batch.execute()
+        return stored
+
+    def store_into(
+        self,
+        batch: Batch,
+        tool: str,
+        arguments: Any,
+        step: LastGood,
+        data: Any,
+        payload: dict[str, Any] | None = None,
+        on_error: OnError | None = None,
+    ) -> bool:
+        """:meth:`store` queued on ``batch``; False when the value is too large to keep."""
         entry = {"data": data, "payload": payload, "stored_at": self.clock.now()}
         encoded = json.dumps(entry, separators=(",", ":"), default=str)
         if len(encoded) > step.max_bytes:
             log.debug("not caching %s: %d bytes > max_bytes %d", tool, len(encoded), step.max_bytes)
             return False
-        self.redis.set(self.key(tool, arguments), encoded, px=max(1, int(step.ttl_s * 1000)))
+        key, ttl_ms = self.key(tool, arguments), max(1, int(step.ttl_s * 1000))
+        batch.add(self.redis, lambda pipe: pipe.set(key, encoded, px=ttl_ms), on_error=on_error)
         return True
 
     def lookup(self, tool: str, arguments: Any, step: LastGood) -> CachedResult | None:
@@ -119,19 +137,26 @@ class LastGoodLayer(Layer):
 
     def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         outcome = proceed()
+        attempt.notes[self.name] = outcome  # stored by ``record``, in the settlement
+        return outcome
+
+    def record(self, attempt: Attempt, outcome: Outcome, verdict: Verdict, batch: Batch) -> None:
+        seen = attempt.notes.get(self.name)
         spec = (self.registry.get(attempt.tool) if self.registry else None) or attempt.spec
         step = cache_step(spec)
-        if step is None or not outcome.ok or not outcome.ran:
-            return outcome
-        payload = getattr(outcome, "payload", None)
-        try:
-            self.cache.store(
-                attempt.tool,
-                attempt.arguments,
-                step,
-                outcome.data,
-                None if payload is None else payload.model_dump(mode="json"),
-            )
-        except redis.exceptions.RedisError as exc:
+        if step is None or not isinstance(seen, Outcome) or not seen.ok or not seen.ran:
+            return
+        payload = getattr(seen, "payload", None)
+
+        def failed(exc: Exception) -> None:
             log.warning("could not cache the result of %s: %s", attempt.tool, exc)
-        return outcome
+
+        self.cache.store_into(
+            batch,
+            attempt.tool,
+            attempt.arguments,
+            step,
+            seen.data,
+            None if payload is None else payload.model_dump(mode="json"),
+            on_error=failed,
+        )

@@ -366,9 +366,7 @@ class CircuitBreaker:
             if caused is not None:
                 caused(transition)
 
-        batch.script(
-            self.redis, self._record, self._keys(name), args, recorded, self._unreachable
-        )
+        batch.script(self.redis, self._record, self._keys(name), args, recorded, self._unreachable)
 
     # -- the operator's switches -------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 
+from toolexec.batch import Batch
 from toolexec.clock import ManualClock
 from toolexec.connection import fail_fast_client
 from toolexec.context import CallContext
@@ -456,9 +457,9 @@ def test_a_read_only_call_holds_a_lease_while_it_runs_released_with_its_answer(
     assert isinstance(verdict, Final) and verdict.result.ok and seen == [[record]]
     # the lease is released with the delivery, in its round trip (WorkerRuntime.deliver)
     assert verdict.release is not None and verdict.release.record == record
-    pipe = store.redis.pipeline(transaction=False)
-    store.release(verdict.release, pipe)
-    pipe.execute()
+    batch = Batch()
+    store.release(verdict.release, batch)
+    batch.execute()
     assert store.due() == [] and store.snapshot(record) == {}
 
 
