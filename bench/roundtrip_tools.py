@@ -19,8 +19,11 @@ from typing import Any
 import redis.connection
 
 from toolexec import tool
+from toolexec.breaker import BreakerPolicy
+from toolexec.retry import Jitter, RetryPolicy
+from toolexec.retry_budget import RetryBudgetPolicy
 
-__all__ = ["bench_counters", "bench_noop"]
+__all__ = ["bench_counters", "bench_flaky", "bench_noop"]
 
 _PORT = int(os.environ.get("TOOLEXEC_BENCH_COUNT_PORT", "0") or 0)
 _counts: Counter[str] = Counter()
@@ -72,6 +75,29 @@ if _PORT:
 def bench_noop() -> None:
     """Does nothing, so that everything a call costs is toolexec's; it may retry, so the
     retry budget is one of its layers."""
+
+
+_failed_once: set[str] = set()
+
+
+@tool(
+    timeout=30,
+    retry=RetryPolicy(max_attempts=2, base=0.001, jitter=Jitter.NONE),
+    # every other attempt fails: a breaker that opens at 60% keeps counting them, closed
+    breaker=BreakerPolicy(consecutive_failures=None, failure_rate=0.6),
+    # and a budget that allows every call its retry: it is asked, and always says yes
+    retry_budget=RetryBudgetPolicy(ratio=1.0, min_retries=1000),
+)
+def bench_flaky(token: str) -> None:
+    """Fails its first attempt for each token with a transient error, then succeeds.
+
+    The retry path: the budget asked, the lease parked, the message sent again.
+    """
+    with _lock:
+        first = token not in _failed_once
+        _failed_once.add(token)
+    if first:
+        raise ConnectionError("the first attempt fails, on purpose")
 
 
 @tool(timeout=60, max_attempts=1)

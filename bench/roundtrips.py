@@ -6,12 +6,16 @@ toolexec's state and one as the broker, so that the state server's
 ``toolexec worker`` (threads pool) that counts, in its own process, every round
 trip and command it sends to the state server (``roundtrip_tools.py``). Then:
 
-1. an idle window, to learn what the worker sends on its own (catalog
-   heartbeat, lease sweeper, fleet clock) and what reading the counters costs;
-2. ``--calls`` sequential no-op calls through ``ToolClient.call``, timed;
-3. per call: the worker's round trips and commands (run minus idle window of
-   the same length, over the calls), and the state server's commands from
-   ``INFO commandstats`` (worker and client together).
+1. ``--calls`` sequential no-op calls through ``ToolClient.call``, timed;
+2. an idle window of the same length, to learn what the worker sends on its
+   own (catalog heartbeat, lease sweeper, fleet clock) and what reading the
+   counters costs;
+3. per call: the worker's round trips and commands (run minus idle window,
+   over the calls), and the state server's commands from ``INFO
+   commandstats`` (worker and client together, those run inside scripts
+   included);
+4. the same for ``--flaky`` calls whose first attempt fails transiently and
+   whose second succeeds (two attempts each: the retry path).
 
 Usage: ``python bench/roundtrips.py [--calls N] [--warmup N]``.
 """
@@ -98,10 +102,23 @@ def _per_call(run: Counter[str], idle: Counter[str], calls: int) -> dict[str, fl
     return {n: (run[n] - idle[n]) / calls for n in sorted(names) if run[n] - idle[n] > 0}
 
 
+def _measure(
+    client: ToolClient, state: redis.Redis, work: Any, calls: int
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per call of ``work``: the worker's counts and the server's, less an idle window's."""
+    start = time.monotonic()
+    run_worker, run_server = _window(client, state, work)
+    elapsed = time.monotonic() - start
+    progress(f"idle window of {elapsed:.1f} s")
+    idle_worker, idle_server = _window(client, state, lambda: time.sleep(elapsed))
+    return _per_call(run_worker, idle_worker, calls), _per_call(run_server, idle_server, calls)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--flaky", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=8)
     opts = parser.parse_args()
     binary = shutil.which("redis-server")
@@ -139,41 +156,55 @@ def main() -> int:
                     require(result.status == "ok", f"no-op failed: {result.error}")
 
             progress(f"{opts.calls} sequential no-op calls")
-            start = time.monotonic()
-            run_worker, run_server = _window(client, state, calls)
-            elapsed = time.monotonic() - start
-            progress(f"idle window of {elapsed:.1f} s")
-            idle_worker, idle_server = _window(client, state, lambda: time.sleep(elapsed))
+            noop = _measure(client, state, calls, opts.calls)
+
+            def flaky() -> None:
+                for index in range(opts.flaky):
+                    result = client.call("bench_flaky", {"token": f"t{index}"})
+                    require(result.status == "ok", f"flaky call failed: {result.error}")
+                    require(result.attempts == 2, f"flaky call took {result.attempts} attempts")
+
+            progress(f"{opts.flaky} sequential calls that retry once")
+            retried = _measure(client, state, flaky, opts.flaky) if opts.flaky else None
             client.close()
             state.close()
-        worker_rows = _per_call(run_worker, idle_worker, opts.calls)
-        server_rows = _per_call(run_server, idle_server, opts.calls)
-        _report(opts, worker_rows, server_rows, latencies, state_url)
+        _report(opts, noop, retried, latencies, state_url)
     return 0
+
+
+def _rows(label: str, counts: tuple[dict[str, float], dict[str, float]]) -> list[list[str]]:
+    worker_rows, server_rows = dict(counts[0]), counts[1]
+    trips = worker_rows.pop("round trips", 0.0)
+    return [
+        [f"{label}: worker's Redis round trips per call", f"{trips:.2f}"],
+        [f"{label}: worker's Redis commands per call", f"{sum(worker_rows.values()):.2f}"],
+        *[[f"{label}: worker's {name}", f"{v:.2f}"] for name, v in worker_rows.items()],
+        [
+            f"{label}: server's commands per call (worker + client, in scripts too)",
+            f"{sum(server_rows.values()):.2f}",
+        ],
+    ]
 
 
 def _report(
     opts: argparse.Namespace,
-    worker_rows: dict[str, float],
-    server_rows: dict[str, float],
+    noop: tuple[dict[str, float], dict[str, float]],
+    retried: tuple[dict[str, float], dict[str, float]] | None,
     latencies: list[float],
     url: str,
 ) -> None:
-    trips = worker_rows.pop("round trips", 0.0)
     rows = [
-        ["worker: Redis round trips per call", f"{trips:.2f}"],
-        ["worker: Redis commands per call", f"{sum(worker_rows.values()):.2f}"],
-        *[[f"worker: {name}", f"{v:.2f}"] for name, v in worker_rows.items()],
-        ["server (worker + client): commands per call", f"{sum(server_rows.values()):.2f}"],
-        *[[f"server: {name}", f"{v:.2f}"] for name, v in server_rows.items()],
-        ["no-op `ToolClient.call` p50", f"{1000 * percentile(latencies, 50):.2f} ms"],
-        ["no-op `ToolClient.call` p90", f"{1000 * percentile(latencies, 90):.2f} ms"],
+        *_rows("no-op", noop),
+        ["no-op: `ToolClient.call` p50", f"{1000 * percentile(latencies, 50):.2f} ms"],
+        ["no-op: `ToolClient.call` p90", f"{1000 * percentile(latencies, 90):.2f} ms"],
     ]
-    print(f"\n## Redis round trips per no-op call ({opts.calls} sequential calls)\n")
+    if retried is not None:
+        rows += _rows("retried once (2 attempts)", retried)
+    print(f"\n## Redis round trips per call ({opts.calls} no-op, {opts.flaky} retried calls)\n")
     print(markdown_table(["figure", "value"], rows))
     print(
-        "\n- one call is one attempt here; the idle window's counts (heartbeat, sweeper,"
-        " clock, the counter calls) are subtracted"
+        "\n- sequential calls, one at a time; the counts of an idle window as long as the"
+        " calls (heartbeat, sweeper, clock, reading the counters) are subtracted"
     )
     print(f"\ncommand: `{command_line()}`\n")
     print("machine: " + "; ".join(f"{k} {v}" for k, v in machine_info(url)))

@@ -163,9 +163,15 @@ class RetryBudget:
             return self._ask(name, policy, "call") if first_attempt else None
         return self._ask(name, policy, "fail" if failed else "succeed")
 
-    def spend(self, name: str, policy: RetryBudgetPolicy) -> BudgetView:
-        """Whether one retry may go ahead now; a ratio budget counts it if so."""
-        return self._ask(name, policy, "spend")
+    def spend(
+        self, name: str, policy: RetryBudgetPolicy, batch: Batch | None = None
+    ) -> BudgetView:
+        """Whether one retry may go ahead now; a ratio budget counts it if so.
+
+        With ``batch``, its queued commands (the attempt's own count) go in the
+        same round trip, first.
+        """
+        return self._ask(name, policy, "spend", batch)
 
     def peek(self, name: str, policy: RetryBudgetPolicy) -> BudgetView:
         """Whether a retry would be allowed now, changing nothing."""
@@ -187,12 +193,14 @@ class RetryBudget:
         if policy.enabled and not self.fail_open.down():
             self._queue(batch, name, policy, op, None)
 
-    def _ask(self, name: str, policy: RetryBudgetPolicy, op: str) -> BudgetView:
+    def _ask(
+        self, name: str, policy: RetryBudgetPolicy, op: str, batch: Batch | None = None
+    ) -> BudgetView:
         blind = BudgetView(name=name, kind=policy.kind, allowed=True)
         if not policy.enabled or self.fail_open.down():
             return blind
         views = [blind]
-        batch = Batch()
+        batch = Batch() if batch is None else batch
         self._queue(batch, name, policy, op, lambda raw: views.append(_view(name, policy, raw)))
         batch.execute()
         return views[-1]
@@ -229,8 +237,9 @@ class RetryBudgetLayer(Layer):
     ``around`` notes attempts that reached the service (not those a breaker
     or the rate limiter refused), and ``record`` counts them in the
     attempt's settlement round trip; ``allow_retry`` answers whether a retry
-    the policy wants may spend the budget, counting the attempt first (a
-    retry is the one path where the budget costs round trips of its own).
+    the policy wants may spend the budget, counting the attempt first in the
+    same round trip (a retry is the one path where the budget costs a round
+    trip of its own).
     Tools that cannot retry (``max_attempts`` 1) are left alone.
     """
 
@@ -258,11 +267,12 @@ class RetryBudgetLayer(Layer):
                 failed=counts_as_failure(seen.failure),
             )
 
-    def _record_now(self, attempt: Attempt, name: str) -> None:
+    def _record_first(self, attempt: Attempt, name: str, batch: Batch) -> None:
         """A retry is asked about: the attempt counts first, as it always did."""
         seen = attempt.notes.pop(self.name, None)
         if isinstance(seen, Outcome):
-            self.budget.record(
+            self.budget.record_into(
+                batch,
                 name,
                 attempt.spec.policy.retry_budget,
                 first_attempt=attempt.number == 1,
@@ -277,8 +287,9 @@ class RetryBudgetLayer(Layer):
             return None
         policy = attempt.spec.policy.retry_budget
         name = budget_name(attempt.tool, policy, attempt.arguments)
-        self._record_now(attempt, name)
-        view = self.budget.spend(name, policy)
+        batch = Batch()  # the count and the question in one round trip
+        self._record_first(attempt, name, batch)
+        view = self.budget.spend(name, policy, batch)
         if view.allowed:
             return None
         return RetryBudgetExhaustedError(
