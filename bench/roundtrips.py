@@ -17,13 +17,20 @@ trip and command it sends to the state server (``roundtrip_tools.py``). Then:
 4. the same for ``--flaky`` calls whose first attempt fails transiently and
    whose second succeeds (two attempts each: the retry path).
 
-Usage: ``python bench/roundtrips.py [--calls N] [--warmup N]``.
+With ``--baseline-rev REV`` a second worker runs REV's executor/, tasks/ and
+fallback/ (``git archive``, put first on its ``PYTHONPATH``) under a key
+prefix and queue of its own, against the same servers and the same client
+code, and the timed rounds alternate between the two.
+
+Usage: ``python bench/roundtrips.py [--calls N] [--rounds N] [--flaky N]
+[--baseline-rev REV]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -32,12 +39,15 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
 from _common import (
+    BENCH_DIR,
     command_line,
+    interleave,
     machine_info,
     markdown_table,
     percentile,
@@ -114,62 +124,145 @@ def _measure(
     return _per_call(run_worker, idle_worker, calls), _per_call(run_server, idle_server, calls)
 
 
+@dataclass
+class Side:
+    """One worker and its client: this tree's code, or a baseline revision's."""
+
+    label: str
+    client: ToolClient
+    latencies: list[float] = field(default_factory=list)
+
+    def noops(self, count: int) -> None:
+        for _ in range(count):
+            start = time.perf_counter()
+            result = self.client.call("bench_noop", {})
+            self.latencies.append(time.perf_counter() - start)
+            require(result.status == "ok", f"{self.label}: no-op failed: {result.error}")
+
+    def flaky(self, count: int) -> None:
+        for index in range(count):
+            result = self.client.call("bench_flaky", {"token": f"t{index}"})
+            require(result.status == "ok", f"{self.label}: flaky call failed: {result.error}")
+            require(result.attempts == 2, f"{self.label}: {result.attempts} attempts, not 2")
+
+
+def _baseline_tree(rev: str, tmp: Path) -> Path:
+    """``rev``'s executor/, tasks/ and fallback/ laid out as the ``toolexec`` package."""
+    root = subprocess.run(
+        ["git", "rev-parse", "--show-toplevel"],
+        cwd=BENCH_DIR,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    src, view = tmp / "baseline-src", tmp / "baseline-view" / "toolexec"
+    src.mkdir()
+    view.mkdir(parents=True)
+    archive = subprocess.run(
+        ["git", "archive", rev, "executor", "tasks", "fallback"],
+        cwd=root,
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    for entry in (src / "executor").iterdir():
+        (view / entry.name).symlink_to(entry)
+    (view / "tasks").symlink_to(src / "tasks")
+    (view / "fallback").symlink_to(src / "fallback")
+    return view.parent
+
+
+@contextlib.contextmanager
+def _side(
+    label: str, state_url: str, broker_url: str, tmp: Path, opts: Any, path: Path | None
+) -> Iterator[Side]:
+    """A worker (from ``path``'s code when given) under a key prefix and queue of its own."""
+    settings = run_settings(state_url, tmp, broker_url=broker_url)
+    env = {
+        "TOOLEXEC_BROKER_URL": broker_url,
+        "TOOLEXEC_BENCH_COUNT_PORT": str(
+            redis.Redis.from_url(state_url).get_connection_kwargs()["port"]
+        ),
+    }
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(path), str(BENCH_DIR)])
+    log_path = tmp / f"worker-{settings.key_prefix}.log"
+    with worker(
+        settings,
+        "roundtrip_tools",
+        concurrency=opts.concurrency,
+        pool="threads",
+        log_path=log_path,
+        env=env,
+    ):
+        side = Side(label, ToolClient(settings))
+        try:
+            side.noops(opts.warmup)
+            side.latencies.clear()
+            yield side
+        finally:
+            side.client.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument("--calls", type=int, default=400, help="no-op calls per side")
+    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds of them")
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--flaky", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument(
+        "--baseline-rev", help="also run a worker from this git revision, interleaved"
+    )
     opts = parser.parse_args()
     binary = shutil.which("redis-server")
     require(binary is not None, "redis-server is not on PATH")
     assert binary is not None
     with (
-        tempfile.TemporaryDirectory(prefix="toolexec-rt-") as tmp,
+        tempfile.TemporaryDirectory(prefix="toolexec-rt-") as tmp_name,
         _server(binary) as state_port,
         _server(binary) as broker_port,
+        contextlib.ExitStack() as stack,
     ):
+        tmp = Path(tmp_name)
         state_url = f"redis://127.0.0.1:{state_port}/0"
         broker_url = f"redis://127.0.0.1:{broker_port}/0"
-        settings = run_settings(state_url, Path(tmp), broker_url=broker_url)
-        env = {"TOOLEXEC_BROKER_URL": broker_url, "TOOLEXEC_BENCH_COUNT_PORT": str(state_port)}
-        log_path = Path(tmp) / "worker.log"
-        with worker(
-            settings,
-            "roundtrip_tools",
-            concurrency=opts.concurrency,
-            pool="threads",
-            log_path=log_path,
-            env=env,
-        ):
-            client = ToolClient(settings)
-            state = redis.Redis(port=state_port)
-            for _ in range(opts.warmup):
-                require(client.call("bench_noop", {}).status == "ok", "warm-up call failed")
-            latencies: list[float] = []
-
-            def calls() -> None:
-                for _ in range(opts.calls):
-                    start = time.perf_counter()
-                    result = client.call("bench_noop", {})
-                    latencies.append(time.perf_counter() - start)
-                    require(result.status == "ok", f"no-op failed: {result.error}")
-
-            progress(f"{opts.calls} sequential no-op calls")
-            noop = _measure(client, state, calls, opts.calls)
-
-            def flaky() -> None:
-                for index in range(opts.flaky):
-                    result = client.call("bench_flaky", {"token": f"t{index}"})
-                    require(result.status == "ok", f"flaky call failed: {result.error}")
-                    require(result.attempts == 2, f"flaky call took {result.attempts} attempts")
-
-            progress(f"{opts.flaky} sequential calls that retry once")
-            retried = _measure(client, state, flaky, opts.flaky) if opts.flaky else None
-            client.close()
-            state.close()
-        _report(opts, noop, retried, latencies, state_url)
+        sides = []
+        if opts.baseline_rev:
+            view = _baseline_tree(opts.baseline_rev, tmp)
+            label = f"baseline {opts.baseline_rev}"
+            sides.append(stack.enter_context(_side(label, state_url, broker_url, tmp, opts, view)))
+        sides.append(
+            stack.enter_context(_side("this tree", state_url, broker_url, tmp, opts, None))
+        )
+        state = stack.enter_context(contextlib.closing(redis.Redis(port=state_port)))
+        per_round = max(1, opts.calls // opts.rounds)
+        progress(f"{opts.rounds} interleaved rounds of {per_round} no-op calls per side")
+        interleave(
+            opts.rounds, {side.label: lambda side=side: side.noops(per_round) for side in sides}
+        )
+        figures = [_figures(side, state, opts) for side in sides]
+        _report(opts, figures, state_url)
     return 0
+
+
+def _figures(side: Side, state: redis.Redis, opts: Any) -> list[list[str]]:
+    """The counts of ``side`` (measured alone, after the timed rounds) and its latencies."""
+    count = max(1, opts.calls // 4)
+    progress(f"{side.label}: counting {count} no-op calls")
+    rows = _rows(
+        f"{side.label}, no-op", _measure(side.client, state, lambda: side.noops(count), count)
+    )
+    if opts.flaky:
+        progress(f"{side.label}: counting {opts.flaky} calls that retry once")
+        counts = _measure(side.client, state, lambda: side.flaky(opts.flaky), opts.flaky)
+        rows += _rows(f"{side.label}, retried once (2 attempts)", counts)
+    timed = side.latencies[: opts.calls]  # the interleaved rounds only
+    rows += [
+        [f"{side.label}, no-op: `ToolClient.call` p50", f"{1000 * percentile(timed, 50):.2f} ms"],
+        [f"{side.label}, no-op: `ToolClient.call` p90", f"{1000 * percentile(timed, 90):.2f} ms"],
+    ]
+    return rows
 
 
 def _rows(label: str, counts: tuple[dict[str, float], dict[str, float]]) -> list[list[str]]:
@@ -186,25 +279,14 @@ def _rows(label: str, counts: tuple[dict[str, float], dict[str, float]]) -> list
     ]
 
 
-def _report(
-    opts: argparse.Namespace,
-    noop: tuple[dict[str, float], dict[str, float]],
-    retried: tuple[dict[str, float], dict[str, float]] | None,
-    latencies: list[float],
-    url: str,
-) -> None:
-    rows = [
-        *_rows("no-op", noop),
-        ["no-op: `ToolClient.call` p50", f"{1000 * percentile(latencies, 50):.2f} ms"],
-        ["no-op: `ToolClient.call` p90", f"{1000 * percentile(latencies, 90):.2f} ms"],
-    ]
-    if retried is not None:
-        rows += _rows("retried once (2 attempts)", retried)
-    print(f"\n## Redis round trips per call ({opts.calls} no-op, {opts.flaky} retried calls)\n")
+def _report(opts: argparse.Namespace, figures: list[list[list[str]]], url: str) -> None:
+    rows = [row for side in figures for row in side]
+    print("\n## Redis round trips and latency per call on the worker\n")
     print(markdown_table(["figure", "value"], rows))
     print(
-        "\n- sequential calls, one at a time; the counts of an idle window as long as the"
-        " calls (heartbeat, sweeper, clock, reading the counters) are subtracted"
+        f"\n- latency: {opts.rounds} rounds of sequential no-op calls, the sides' order"
+        " reversed every other round; counts: measured per side afterwards, less an idle"
+        " window as long as the calls (heartbeat, sweeper, clock, reading the counters)"
     )
     print(f"\ncommand: `{command_line()}`\n")
     print("machine: " + "; ".join(f"{k} {v}" for k, v in machine_info(url)))

@@ -1,0 +1,31 @@
+"""The round-trip benchmark runs end to end against a real worker and its own servers.
+
+Its timings are never asserted; the round trips per attempt are a count, which the
+worker's own counter makes exact up to the background it subtracts.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+from integration_support import run_bench
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server"),
+]
+
+
+def test_a_no_op_call_costs_the_worker_two_redis_round_trips() -> None:
+    stdout = run_bench(
+        "roundtrips.py", "--calls", "80", "--rounds", "2", "--warmup", "5", "--flaky", "5"
+    )
+    assert "command: `" in stdout and "--calls 80" in stdout
+    found = re.search(
+        r"\| this tree, no-op: worker's Redis round trips per call \| ([\d.]+) \|", stdout
+    )
+    assert found is not None, stdout
+    # 2 exactly, give or take a heartbeat that fell in one window and not the other
+    assert 1.9 <= float(found.group(1)) <= 2.3, stdout
