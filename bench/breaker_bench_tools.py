@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
+from toolexec.policies import BreakerPolicy
 
 NO_BREAKER = BreakerPolicy(enabled=False)
 

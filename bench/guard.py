@@ -39,8 +39,9 @@ from _common import (
 
 from toolexec.client import ToolClient
 from toolexec.connection import redis_client
-from toolexec.guard import RunBudget, RunGuard
+from toolexec.guard import RunGuard
 from toolexec.keys import Keys
+from toolexec.policies import RunBudget
 from toolexec.results import ToolResult
 
 GUARD_EXTRA_MS = 3.0

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
+from toolexec.policies import BreakerPolicy
 
 #: The breaker's own scripts would add the same work to both sides; leave them out.
 NO_BREAKER = BreakerPolicy(enabled=False)

@@ -10,7 +10,7 @@ import functools
 
 from toolexec import tool
 from toolexec.app import app
-from toolexec.breaker import BreakerPolicy
+from toolexec.policies import BreakerPolicy
 
 
 @functools.cache

@@ -19,9 +19,7 @@ from typing import Any
 import redis.connection
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
-from toolexec.retry import Jitter, RetryPolicy
-from toolexec.retry_budget import RetryBudgetPolicy
+from toolexec.policies import BreakerPolicy, Jitter, RetryBudgetPolicy, RetryPolicy
 
 __all__ = ["bench_counters", "bench_flaky", "bench_noop"]
 

@@ -60,8 +60,8 @@ from _common import (
 from storm_tools import BASE_S, CAP_S, OUTAGE_SETUPS, TIME_SCALES, row_policies, row_tool
 
 from toolexec.client import ToolClient
+from toolexec.policies import RetryPolicy
 from toolexec.results import ToolResult
-from toolexec.retry import RetryPolicy
 from toolexec.settings import Settings
 
 KINDS = ("none", "exponential", "equal", "full", "decorrelated")

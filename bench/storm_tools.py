@@ -17,8 +17,7 @@ from collections.abc import Callable
 import httpx
 
 from toolexec import Jitter, RetryPolicy, TransientError, tool
-from toolexec.breaker import BreakerPolicy
-from toolexec.retry_budget import RetryBudgetPolicy
+from toolexec.policies import BreakerPolicy, RetryBudgetPolicy
 
 #: Brooker's base and cap, in seconds.
 BASE_S = 0.005

@@ -47,7 +47,7 @@ from toolexec.adapters import Format, parse_tool_calls
 from toolexec.client import ToolClient
 from toolexec.embedded import ensure_embedded, stop_embedded
 from toolexec.fallback import Alternative
-from toolexec.guard import RunBudget
+from toolexec.policies import RunBudget
 from toolexec.registry import default_registry, tool
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply, WorkerProcess

@@ -33,12 +33,22 @@ from toolexec.errors import (
     UnavailableError,
     UsageError,
 )
-from toolexec.registry import Registry, ToolPolicy, ToolSpec, default_registry, tool
+from toolexec.policies import (
+    BreakerPolicy,
+    Jitter,
+    RateLimitPolicy,
+    RetryBudgetPolicy,
+    RetryPolicy,
+    RunBudget,
+    ToolPolicy,
+)
+from toolexec.registry import Registry, ToolSpec, default_registry, tool
 from toolexec.results import ErrorInfo, PayloadRef, Timings, ToolResult
-from toolexec.retry import Jitter, RetryDecision, RetryPolicy
+from toolexec.retry import RetryDecision
 from toolexec.settings import Settings
 
 __all__ = [
+    "BreakerPolicy",
     "BrokerUnavailableError",
     "CallHandle",
     "ClientError",
@@ -59,11 +69,14 @@ __all__ = [
     "PayloadStoreUnavailableError",
     "PayloadUnavailableError",
     "PermanentError",
+    "RateLimitPolicy",
     "RateLimitedError",
     "RedisUnavailableError",
     "Registry",
+    "RetryBudgetPolicy",
     "RetryDecision",
     "RetryPolicy",
+    "RunBudget",
     "Settings",
     "SystemClock",
     "Timings",

@@ -24,7 +24,6 @@ spent, as if the call had been made.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,42 +32,14 @@ import redis
 
 from toolexec.batch import Batch
 from toolexec.clock import Clock, SystemClock
-from toolexec.errors import ConfigurationError, ThrottledError
+from toolexec.errors import ThrottledError
 from toolexec.failopen import FailOpen
 from toolexec.keys import Keys
 from toolexec.layers import Attempt, Layer, Outcome, Proceed, Verdict
 from toolexec.lua import script_source
+from toolexec.policies import RateLimitPolicy
 
-__all__ = ["RateLimitLayer", "RateLimitPolicy", "RateLimiter", "Slot"]
-
-
-@dataclass(frozen=True)
-class RateLimitPolicy:
-    """At most ``rate`` calls per second for the whole fleet, ``burst`` of them at once."""
-
-    rate: float
-    burst: int = 1
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.rate) and self.rate > 0):
-            raise ConfigurationError(f"a rate limit needs a positive rate, not {self.rate}")
-        if self.burst < 1:
-            raise ConfigurationError(f"a rate limit's burst must be at least 1, not {self.burst}")
-
-    @property
-    def interval(self) -> float:
-        """Seconds between calls at the sustained rate."""
-        return 1.0 / self.rate
-
-    def to_json(self) -> dict[str, Any]:
-        return {"rate": self.rate, "burst": self.burst}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> RateLimitPolicy:
-        return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
-
-    def describe(self) -> str:
-        return f"{self.rate:g}/s, burst {self.burst}"
+__all__ = ["RateLimitLayer", "RateLimiter", "Slot"]
 
 
 @dataclass(frozen=True)

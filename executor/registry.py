@@ -13,87 +13,27 @@ import inspect
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar, get_type_hints, overload
 
 import pydantic
 
-from toolexec.breaker import BreakerPolicy
 from toolexec.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
 from toolexec.fallback.steps import FallbackStep, check_chain
-from toolexec.ratelimit import RateLimitPolicy
-from toolexec.retry import Jitter, RetryPolicy
-from toolexec.retry_budget import RetryBudgetPolicy
+from toolexec.policies import (
+    BreakerPolicy,
+    Jitter,
+    RateLimitPolicy,
+    RetryBudgetPolicy,
+    RetryPolicy,
+    ToolPolicy,
+)
 
-__all__ = ["Registry", "ToolPolicy", "ToolSpec", "default_registry", "tool"]
+__all__ = ["Registry", "ToolSpec", "default_registry", "tool"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI and Anthropic accept
-
-
-@dataclass(frozen=True)
-class ToolPolicy:
-    """How the executor runs one tool; see the README for each field."""
-
-    timeout: float = 30.0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    queue: str | None = None
-    side_effects: bool = False
-    breaker: BreakerPolicy = field(default_factory=BreakerPolicy)
-    breaker_key: str | None = None
-    coalesce: bool = False  # read-only: identical calls in flight share one execution
-    payload_threshold_bytes: int | None = None  # None: the settings' value (toolexec.payloads)
-    payload_token_budget: int | None = None
-    fallbacks: tuple[FallbackStep, ...] = ()  # toolexec.fallback.steps; checked by check_chain
-    retry_budget: RetryBudgetPolicy = field(default_factory=RetryBudgetPolicy)
-    rate_limit: RateLimitPolicy | None = None  # None: unlimited
-
-    def __post_init__(self) -> None:
-        if not self.timeout > 0:
-            raise ConfigurationError(f"a tool's timeout must be positive, not {self.timeout}")
-        if self.coalesce and self.side_effects:
-            raise ConfigurationError(
-                "coalesce=True is for read-only tools; a tool with side_effects=True is "
-                "already deduplicated by its idempotency key"
-            )
-        _check_payload_limits(self.payload_threshold_bytes, self.payload_token_budget)
-        if self.breaker.enabled and self.breaker.probe_lease_s <= self.timeout:
-            raise ConfigurationError(
-                f"the breaker's probe_lease_s ({self.breaker.probe_lease_s} s) must exceed the "
-                f"tool's timeout ({self.timeout} s), or a live probe's permit is handed on"
-            )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "timeout": self.timeout,
-            "max_attempts": self.retry.max_attempts,
-            "backoff_base": self.retry.base,
-            "backoff_factor": self.retry.factor,
-            "backoff_cap": self.retry.cap,
-            "jitter": str(self.retry.jitter),
-            "retry_on": sorted(str(t) for t in self.retry.retry_on),
-            "queue": self.queue,
-            "side_effects": self.side_effects,
-            "coalesce": self.coalesce,
-            "breaker": self.breaker.to_json(),
-            "breaker_key": self.breaker_key,
-            "fallbacks": [step.describe() for step in self.fallbacks],
-            "retry_budget": self.retry_budget.to_json(),
-            "rate_limit": None if self.rate_limit is None else self.rate_limit.to_json(),
-        }
-
-
-def _check_payload_limits(threshold: int | None, budget: int | None) -> None:
-    """A tool's own payload limits; 200 tokens is the smallest budget a preview fits
-    (``toolexec.payloads.tokens.MIN_TOKEN_BUDGET``)."""
-    if threshold is not None and threshold <= 0:
-        raise ConfigurationError(f"payload_threshold_bytes must be positive, not {threshold}")
-    if budget is not None and budget < 200:
-        raise ConfigurationError(
-            f"payload_token_budget must be at least 200 tokens (a preview's note alone "
-            f"takes ~120), not {budget}"
-        )
 
 
 @dataclass(frozen=True)

@@ -31,75 +31,25 @@ skew cannot move the window. While Redis is unreachable budgets step aside
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import redis
 
 from toolexec.batch import Batch
 from toolexec.breaker.policy import breaker_name, counts_as_failure
 from toolexec.clock import Clock
-from toolexec.errors import ConfigurationError, RetryBudgetExhaustedError, ToolException
+from toolexec.errors import RetryBudgetExhaustedError, ToolException
 from toolexec.failopen import FailOpen
 from toolexec.keys import BUDGET_IDLE_TTL_S, Keys
 from toolexec.layers import Attempt, Layer, Outcome, Proceed, Verdict
 from toolexec.lua import script_source
+from toolexec.policies import RetryBudgetPolicy
 
-__all__ = ["BudgetView", "RetryBudget", "RetryBudgetLayer", "RetryBudgetPolicy", "budget_name"]
+__all__ = ["BudgetView", "RetryBudget", "RetryBudgetLayer", "budget_name"]
 
 #: A ratio window is counted in this many buckets: exact to a tenth of the window.
 BUCKETS = 10
-
-
-@dataclass(frozen=True)
-class RetryBudgetPolicy:
-    """How many retries a tool's callers may make together; see the module docstring.
-
-    ``key_argument`` names an argument holding a URL to keep one budget per
-    downstream host (``http_request@api.example.com``), as ``breaker_key`` does
-    for breakers. Every worker must use the same policy for one budget.
-    """
-
-    enabled: bool = True
-    kind: Literal["ratio", "tokens"] = "ratio"
-    ratio: float = 0.1
-    window_s: float = 10.0
-    min_retries: int = 10
-    max_tokens: float = 100.0
-    token_ratio: float = 0.1
-    key_argument: str | None = None
-
-    def __post_init__(self) -> None:
-        problems = [message for bad, message in self._checks() if bad]
-        if problems:
-            raise ConfigurationError("invalid retry budget: " + "; ".join(problems))
-
-    def _checks(self) -> list[tuple[bool, str]]:
-        return [
-            (
-                self.kind not in ("ratio", "tokens"),
-                f"kind must be ratio or tokens, not {self.kind}",
-            ),
-            (not 0 <= self.ratio <= 1, f"ratio must be in [0, 1], not {self.ratio}"),
-            (self.window_s <= 0, f"window_s must be positive, not {self.window_s}"),
-            (self.min_retries < 0, f"min_retries must be >= 0, not {self.min_retries}"),
-            (
-                not 0 < self.max_tokens <= 1000,
-                f"max_tokens must be in (0, 1000], not {self.max_tokens}",
-            ),
-            (
-                not 0 < self.token_ratio <= 1,
-                f"token_ratio must be in (0, 1], not {self.token_ratio}",
-            ),
-        ]
-
-    def to_json(self) -> dict[str, Any]:
-        """Every field, as the catalog publishes it (all are JSON values)."""
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> RetryBudgetPolicy:
-        return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
 
 
 @dataclass(frozen=True)
@@ -163,9 +113,7 @@ class RetryBudget:
             return self._ask(name, policy, "call") if first_attempt else None
         return self._ask(name, policy, "fail" if failed else "succeed")
 
-    def spend(
-        self, name: str, policy: RetryBudgetPolicy, batch: Batch | None = None
-    ) -> BudgetView:
+    def spend(self, name: str, policy: RetryBudgetPolicy, batch: Batch | None = None) -> BudgetView:
         """Whether one retry may go ahead now; a ratio budget counts it if so.
 
         With ``batch``, its queued commands (the attempt's own count) go in the

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 import redis
 
-from toolexec.breaker import BreakerPolicy, CircuitBreaker
+from toolexec.breaker import CircuitBreaker
 from toolexec.breaker.gate import refusal_for
 from toolexec.clock import Clock
 from toolexec.context import CallContext
@@ -43,6 +43,7 @@ from toolexec.fallback.cache import LastGoodCache
 from toolexec.fallback.state import FALLBACK_TASK, ChainState, falls_back
 from toolexec.fallback.steps import Alternative, Explain, FallbackStep, LastGood, complete_chain
 from toolexec.keys import Keys
+from toolexec.policies import BreakerPolicy
 from toolexec.redaction import redact, secret_names, shown_kwargs
 from toolexec.results import ErrorInfo, FallbackInfo, StepNote, ToolResult
 from toolexec.settings import Settings

@@ -19,9 +19,9 @@ from urllib.parse import quote
 import httpx
 from pydantic import Field
 
-from toolexec.breaker import BreakerPolicy
 from toolexec.errors import ToolException
 from toolexec.fallback import Alternative
+from toolexec.policies import BreakerPolicy
 from toolexec.registry import tool
 
 __all__ = [

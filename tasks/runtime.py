@@ -50,7 +50,8 @@ from toolexec.logs import call_fields
 from toolexec.observe import CallObservers
 from toolexec.ops.metrics import metrics, record_fallback
 from toolexec.payloads import worker_payloads
-from toolexec.ratelimit import RateLimiter, RateLimitLayer, RateLimitPolicy
+from toolexec.policies import RateLimitPolicy
+from toolexec.ratelimit import RateLimiter, RateLimitLayer
 from toolexec.registry import Registry, ToolSpec, default_registry
 from toolexec.replies import queue_reply
 from toolexec.results import ErrorInfo, ToolResult

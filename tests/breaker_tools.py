@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
+from toolexec.policies import BreakerPolicy
 
 QUEUE = "breakers"
 

@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
 from toolexec.fallback import Alternative, Explain, LastGood
+from toolexec.policies import BreakerPolicy
 
 QUEUE = "fallback"
 INSTEAD = "Tell the user the forecast service is down and suggest a weather website."

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
+from toolexec.policies import BreakerPolicy
 
 #: Some calls here fail on purpose; a breaker opened by one test must not refuse the next.
 NO_BREAKER = BreakerPolicy(enabled=False)

@@ -7,7 +7,7 @@ import time
 import httpx
 
 from toolexec import TransientError, tool
-from toolexec.breaker import BreakerPolicy
+from toolexec.policies import BreakerPolicy
 
 NO_BREAKER = BreakerPolicy(enabled=False)
 

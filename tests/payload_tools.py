@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
+from toolexec.policies import BreakerPolicy
 
 QUEUE = "payloads"
 #: A queue no worker consumes: messages published to it stay there to be measured.

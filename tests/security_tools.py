@@ -7,7 +7,7 @@ from typing import Annotated
 import httpx
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
+from toolexec.policies import BreakerPolicy
 from toolexec.redaction import Secret
 
 NO_BREAKER = BreakerPolicy(enabled=False)

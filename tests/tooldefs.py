@@ -9,7 +9,7 @@ from typing import Literal
 import httpx
 
 from toolexec import Jitter, TransientError, tool
-from toolexec.breaker import BreakerPolicy
+from toolexec.policies import BreakerPolicy
 
 #: These tools serve many failing scenarios in one session; a breaker opened by one
 #: test would refuse the next. Breakers are tested with tools of their own.

@@ -9,7 +9,7 @@ breakers``, which needs the ``ops`` extra).
 """
 
 from toolexec.breaker.gate import refusal_for
-from toolexec.breaker.policy import BreakerPolicy, breaker_name, counts_as_failure
+from toolexec.breaker.policy import breaker_name, counts_as_failure
 from toolexec.breaker.store import CircuitBreaker
 from toolexec.breaker.views import (
     Admission,
@@ -22,7 +22,6 @@ from toolexec.breaker.views import (
 
 __all__ = [
     "Admission",
-    "BreakerPolicy",
     "BreakerState",
     "BreakerView",
     "CircuitBreaker",

@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from toolexec.breaker.policy import BreakerPolicy, breaker_name
+from toolexec.breaker.policy import breaker_name
 from toolexec.breaker.store import CircuitBreaker
 from toolexec.errors import CircuitOpenError
+from toolexec.policies import BreakerPolicy
 
 __all__ = ["refusal_for"]
 

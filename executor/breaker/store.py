@@ -42,7 +42,6 @@ import redis
 from redis.commands.core import Script
 
 from toolexec.batch import Batch
-from toolexec.breaker.policy import BreakerPolicy
 from toolexec.breaker.views import (
     Admission,
     BreakerState,
@@ -56,6 +55,7 @@ from toolexec.errors import ConfigurationError, RedisUnavailableError, UsageErro
 from toolexec.failopen import REDIS_ERRORS, FailOpen
 from toolexec.keys import BREAKER_IDLE_TTL_S, Keys
 from toolexec.lua import script_source
+from toolexec.policies import BreakerPolicy
 
 __all__ = ["CircuitBreaker"]
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from toolexec.breaker import BreakerPolicy, CircuitBreaker, refusal_for
+from toolexec.breaker import CircuitBreaker, refusal_for
 from toolexec.catalog import CatalogEntry
 from toolexec.client.catalog_cache import CatalogCache
 from toolexec.client.payloads import ClientPayloads
@@ -26,6 +26,7 @@ from toolexec.errors import CircuitOpenError, ErrorType, UsageError
 from toolexec.execution import error_info, error_result
 from toolexec.fallback.state import FALLBACK_TASK, ChainState
 from toolexec.liveness import LiveQueues, no_worker_info
+from toolexec.policies import BreakerPolicy
 from toolexec.redaction import secret_names
 from toolexec.results import ErrorInfo, ToolResult
 from toolexec.settings import Settings

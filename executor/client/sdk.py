@@ -28,10 +28,11 @@ from toolexec.client.publish import publish
 from toolexec.client.waiting import ReplyWaiter
 from toolexec.clock import Clock
 from toolexec.connection import fail_fast_client, fleet_clock, redis_client, redis_url
-from toolexec.guard import RunBudget, RunGuard
+from toolexec.guard import RunGuard
 from toolexec.keys import Keys
 from toolexec.liveness import LiveQueues
 from toolexec.payloads import PayloadPage
+from toolexec.policies import RunBudget
 from toolexec.results import PayloadRef, ToolResult
 from toolexec.settings import Settings
 

@@ -16,13 +16,13 @@ from toolexec.guard.model import (
     Decision,
     Finding,
     Pattern,
-    RunBudget,
     Rung,
     RunState,
     digest,
     excerpt,
     fingerprint,
 )
+from toolexec.policies import RunBudget
 from toolexec.results import ToolResult
 
 __all__ = ["climb", "escalate", "findings", "spent_budget", "stalled"]

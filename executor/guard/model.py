@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from toolexec.errors import ConfigurationError, ErrorType
+from toolexec.errors import ErrorType
 from toolexec.normalize import arguments_hash, canonical_json, normalize
+from toolexec.policies import RunBudget
 from toolexec.results import ToolResult
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
     "Pattern",
     "RoundPlan",
     "Ruling",
-    "RunBudget",
     "RunEnd",
     "RunState",
     "RunView",
@@ -94,78 +94,6 @@ class Pattern(StrEnum):
     REPEAT = "repeat"
     CYCLE = "cycle"
     NO_PROGRESS = "no_progress"
-
-
-@dataclass(frozen=True)
-class RunBudget:
-    """The limits of one run, and how eagerly repetition counts as a loop.
-
-    A step is one round: one model response's tool calls, however many. ``None``
-    turns a limit off. The budget is stored with the run, so a guard built
-    later without one adopts it; a guard built with one replaces it (that is
-    how an operator extends a run).
-    """
-
-    max_steps: int | None = 25
-    max_wall_s: float | None = 600.0
-    max_consecutive_failures: int | None = 5
-    max_tool_errors: int | None = 15
-    max_tokens: int | None = None
-    repeat_threshold: int = 3
-    repeat_window: int = 10
-    cycle_max_length: int = 3
-    cycle_repeats: int = 2
-    no_progress_rounds: int = 3
-
-    def __post_init__(self) -> None:
-        problems = [message for bad, message in self._checks() if bad]
-        if problems:
-            raise ConfigurationError("invalid run budget: " + "; ".join(problems))
-
-    def _checks(self) -> list[tuple[bool, str]]:
-        limits = {
-            "max_steps": self.max_steps,
-            "max_wall_s": self.max_wall_s,
-            "max_consecutive_failures": self.max_consecutive_failures,
-            "max_tool_errors": self.max_tool_errors,
-            "max_tokens": self.max_tokens,
-        }
-        checks = [
-            (value is not None and not value > 0, f"{name} must be positive or None, not {value}")
-            for name, value in limits.items()
-        ]
-        return [
-            *checks,
-            (
-                self.repeat_threshold < 2,
-                f"repeat_threshold must be >= 2, not {self.repeat_threshold}",
-            ),
-            (
-                self.repeat_window < self.repeat_threshold,
-                f"repeat_window must be >= repeat_threshold, not {self.repeat_window}",
-            ),
-            (
-                self.cycle_max_length < 2,
-                f"cycle_max_length must be >= 2, not {self.cycle_max_length}",
-            ),
-            (self.cycle_repeats < 2, f"cycle_repeats must be >= 2, not {self.cycle_repeats}"),
-            (
-                self.no_progress_rounds < 2,
-                f"no_progress_rounds must be >= 2, not {self.no_progress_rounds}",
-            ),
-        ]
-
-    @property
-    def window(self) -> int:
-        """Calls of history the detectors need: enough for the longest repeated cycle."""
-        return max(self.repeat_window, self.cycle_max_length * self.cycle_repeats)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> RunBudget:
-        return cls(**{k: raw[k] for k in cls.__dataclass_fields__ if k in raw})
 
 
 class CallRecord(BaseModel):

@@ -28,7 +28,6 @@ from toolexec.guard.model import (
     Pattern,
     RoundPlan,
     Ruling,
-    RunBudget,
     RunEnd,
     RunState,
     call_key,
@@ -44,6 +43,7 @@ from toolexec.guard.rendering import (
     guarded,
     nudged,
 )
+from toolexec.policies import RunBudget
 from toolexec.results import ToolResult
 
 __all__ = ["alternatives_to", "plan_round", "settle_round"]

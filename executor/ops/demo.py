@@ -43,7 +43,7 @@ from toolexec.client import ToolClient
 from toolexec.connection import redact_url, redis_client, unavailable
 from toolexec.embedded import EmbeddedServer, ensure_embedded, stop_embedded
 from toolexec.errors import ErrorType
-from toolexec.guard import RunBudget
+from toolexec.policies import RunBudget
 from toolexec.results import Status, ToolResult
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply, WorkerProcess

@@ -9,9 +9,7 @@ from __future__ import annotations
 import httpx
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
-from toolexec.ratelimit import RateLimitPolicy
-from toolexec.retry_budget import RetryBudgetPolicy
+from toolexec.policies import BreakerPolicy, RateLimitPolicy, RetryBudgetPolicy
 
 QUEUE = "storm"
 NO_BREAKER = BreakerPolicy(enabled=False)

@@ -17,10 +17,11 @@ from typing import TypeVar
 import pytest
 import redis
 
-from toolexec.breaker import Admission, BreakerPolicy, BreakerState, CircuitBreaker, Transition
+from toolexec.breaker import Admission, BreakerState, CircuitBreaker, Transition
 from toolexec.clock import ManualClock
 from toolexec.connection import redis_client
 from toolexec.keys import Keys
+from toolexec.policies import BreakerPolicy
 
 T = TypeVar("T")
 NAME = "http_request@api.example.com"

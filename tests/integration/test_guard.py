@@ -24,7 +24,7 @@ from toolexec.adapters import Format
 from toolexec.client import ToolClient
 from toolexec.clock import ManualClock
 from toolexec.errors import BrokerUnavailableError, ErrorType
-from toolexec.guard import RunBudget
+from toolexec.policies import RunBudget
 from toolexec.settings import Settings
 
 pytestmark = pytest.mark.integration

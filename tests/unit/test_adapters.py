@@ -15,7 +15,8 @@ from pydantic import TypeAdapter
 
 from toolexec.adapters import ToolCall, parse_tool_calls
 from toolexec.errors import ErrorType, UsageError
-from toolexec.guard import GuardedResult, Ruling, RunBudget, RunState, plan_round, settle_round
+from toolexec.guard import GuardedResult, Ruling, RunState, plan_round, settle_round
+from toolexec.policies import RunBudget
 from toolexec.results import ToolResult
 
 NO_OPENAI = (

@@ -26,7 +26,8 @@ from toolexec.execution import Executor, Final
 from toolexec.idempotency import IdempotencyLayer, IdempotencyStore
 from toolexec.keys import Keys
 from toolexec.layers import Attempt, Layer, Outcome, Proceed
-from toolexec.ratelimit import RateLimiter, RateLimitLayer, RateLimitPolicy
+from toolexec.policies import RateLimitPolicy
+from toolexec.ratelimit import RateLimiter, RateLimitLayer
 from toolexec.registry import Registry, ToolSpec, tool
 from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
 from toolexec.runner import Runner

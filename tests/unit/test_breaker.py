@@ -14,19 +14,13 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from toolexec.breaker import (
-    Admission,
-    BreakerPolicy,
-    BreakerState,
-    CircuitBreaker,
-    Transition,
-    TransitionReason,
-)
+from toolexec.breaker import Admission, BreakerState, CircuitBreaker, Transition, TransitionReason
 from toolexec.breaker.cli import breakers
 from toolexec.clock import ManualClock
 from toolexec.connection import redis_client
 from toolexec.errors import ConfigurationError, ErrorType, RedisUnavailableError, UsageError
 from toolexec.keys import Keys
+from toolexec.policies import BreakerPolicy
 
 NAME = "get_weather"
 #: Opens after 3 consecutive failures; the rate condition is off unless a test turns it on.

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from toolexec.breaker import BreakerPolicy, BreakerState, CircuitBreaker
+from toolexec.breaker import BreakerState, CircuitBreaker
 from toolexec.breaker.layer import BreakerLayer
 from toolexec.clock import ManualClock
 from toolexec.context import CallContext
@@ -17,6 +17,7 @@ from toolexec.errors import ErrorType, UnavailableError
 from toolexec.execution import Executor
 from toolexec.keys import Keys
 from toolexec.layers import Final, Retry, Verdict
+from toolexec.policies import BreakerPolicy
 from toolexec.registry import Registry, ToolSpec, tool
 from toolexec.runner import Runner
 

@@ -21,8 +21,8 @@ from toolexec.clock import ManualClock
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType, RateLimitedError, UnavailableError
 from toolexec.execution import Executor, Final, Retry, Verdict
+from toolexec.policies import Jitter, RetryPolicy
 from toolexec.registry import Registry, ToolSpec, tool
-from toolexec.retry import Jitter, RetryPolicy
 from toolexec.runner import Runner
 
 SEED = 42

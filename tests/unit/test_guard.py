@@ -17,12 +17,12 @@ from toolexec.guard import (
     GuardedResult,
     Pattern,
     Ruling,
-    RunBudget,
     RunState,
     fingerprint,
     plan_round,
     settle_round,
 )
+from toolexec.policies import RunBudget
 from toolexec.results import ErrorInfo, ToolResult
 
 Call = tuple[str, dict[str, Any]]

@@ -14,8 +14,9 @@ import redis
 from toolexec.clock import ManualClock
 from toolexec.connection import redis_client
 from toolexec.errors import ErrorType, RedisUnavailableError
-from toolexec.guard import GuardedResult, Ruling, RunBudget, RunGuard
+from toolexec.guard import GuardedResult, Ruling, RunGuard
 from toolexec.keys import RUN_IDLE_TTL_S, Keys
+from toolexec.policies import RunBudget
 from toolexec.results import ToolResult
 
 

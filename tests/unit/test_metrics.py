@@ -9,18 +9,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from toolexec.breaker import (
-    BreakerPolicy,
-    BreakerState,
-    CircuitBreaker,
-    Transition,
-    TransitionReason,
-)
+from toolexec.breaker import BreakerState, CircuitBreaker, Transition, TransitionReason
 from toolexec.clock import ManualClock
 from toolexec.connection import fail_fast_client, redis_client
 from toolexec.keys import Keys
 from toolexec.ops import metrics as metrics_mod
 from toolexec.ops.metrics import BreakerCollector, Metrics, record_fallback, record_offload
+from toolexec.policies import BreakerPolicy
 
 
 @pytest.fixture

@@ -18,7 +18,8 @@ from toolexec.context import CallContext
 from toolexec.errors import ConfigurationError, ErrorType
 from toolexec.execution import Defer, Executor, Final
 from toolexec.keys import Keys
-from toolexec.ratelimit import RateLimiter, RateLimitLayer, RateLimitPolicy
+from toolexec.policies import RateLimitPolicy
+from toolexec.ratelimit import RateLimiter, RateLimitLayer
 from toolexec.registry import Registry, ToolSpec, tool
 from toolexec.runner import Runner
 

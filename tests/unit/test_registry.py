@@ -8,8 +8,8 @@ import pytest
 from pydantic import Field
 
 from toolexec.errors import ConfigurationError, ErrorType
-from toolexec.registry import Registry, ToolPolicy, ToolSpec, default_registry, tool
-from toolexec.retry import Jitter, RetryPolicy
+from toolexec.policies import Jitter, RetryPolicy, ToolPolicy
+from toolexec.registry import Registry, ToolSpec, default_registry, tool
 
 
 def noop() -> None:

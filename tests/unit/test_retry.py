@@ -8,7 +8,8 @@ import random
 import pytest
 
 from toolexec.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
-from toolexec.retry import Jitter, RetryDecision, RetryPolicy, decide
+from toolexec.policies import Jitter, RetryPolicy
+from toolexec.retry import RetryDecision, decide
 
 DRAWS = 2000
 NOW = 1_700_000_000.0

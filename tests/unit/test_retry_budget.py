@@ -13,7 +13,8 @@ from toolexec.clock import ManualClock
 from toolexec.connection import fail_fast_client
 from toolexec.errors import ConfigurationError
 from toolexec.keys import Keys
-from toolexec.retry_budget import BUCKETS, RetryBudget, RetryBudgetPolicy, budget_name
+from toolexec.policies import RetryBudgetPolicy
+from toolexec.retry_budget import BUCKETS, RetryBudget, budget_name
 
 NAME = "search"
 #: 10% of the calls in the last 10 s, and no floor, so that counts are easy to read.

@@ -21,8 +21,9 @@ from toolexec.context import CallContext
 from toolexec.errors import ErrorType, NotFoundError, UnavailableError
 from toolexec.execution import Executor, Final, Retry, Verdict
 from toolexec.keys import Keys
+from toolexec.policies import RetryBudgetPolicy
 from toolexec.registry import Registry, ToolSpec, tool
-from toolexec.retry_budget import RetryBudget, RetryBudgetLayer, RetryBudgetPolicy
+from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
 from toolexec.runner import Runner
 
 #: One retry per window whatever the traffic, then 10% of the calls.
@@ -44,9 +45,7 @@ def budget(rdb: redis.Redis, clock: ManualClock) -> RetryBudget:
 @pytest.fixture
 def executor(budget: RetryBudget, clock: ManualClock) -> Executor:
     layer = RetryBudgetLayer(budget)
-    return Executor(
-        runner=Runner(), clock=clock, rng=random.Random(7), layers=[layer]
-    )
+    return Executor(runner=Runner(), clock=clock, rng=random.Random(7), layers=[layer])
 
 
 def _spec(registry: Registry, func: Callable[..., Any], **policy: Any) -> ToolSpec:
