@@ -307,7 +307,7 @@ def build_executor(runtime: WorkerRuntime, registry: Registry) -> Executor:
     settings, client, keys, clock = runtime.settings, runtime.redis, runtime.keys, runtime.clock
     breakers = CircuitBreaker(client, keys, on_redis_error=settings.breaker_on_redis_error)
     breakers.add_listener(metrics().on_transition)
-    payloads = worker_payloads(settings, redis_url(settings), clock)
+    payloads = worker_payloads(settings, redis_url(settings), clock, client)
     limits = {name: RateLimitPolicy.from_json(raw) for name, raw in settings.rate_limits.items()}
     faults = {name: FaultConfig.from_json(raw) for name, raw in settings.faults.items()}
     return Executor(

@@ -16,7 +16,7 @@ import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolexec.clock import Clock
 from toolexec.errors import (
@@ -35,6 +35,9 @@ from toolexec.payloads.tokens import budget_bytes
 from toolexec.registry import ToolSpec
 from toolexec.results import PayloadRef
 from toolexec.settings import Settings
+
+if TYPE_CHECKING:
+    import redis
 
 __all__ = [
     "ARGUMENT_MARKER",
@@ -254,9 +257,11 @@ class WorkerPayloads:
         return resolve_arguments(raw, self.reader)
 
 
-def worker_payloads(settings: Settings, redis_url: str, clock: Clock) -> WorkerPayloads:
-    """The payload store of ``settings`` wired for a worker."""
-    store = open_store(settings, redis_url, clock)
+def worker_payloads(
+    settings: Settings, redis_url: str, clock: Clock, client: redis.Redis
+) -> WorkerPayloads:
+    """The payload store of ``settings`` wired for a worker, on the worker's one ``client``."""
+    store = open_store(settings, redis_url, clock, client=client)
     return WorkerPayloads(
         PayloadLayer(Offloader(store, clock), settings), PayloadReader(store, clock)
     )

@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator
 
 import redis
+from redis.client import NEVER_DECODE
 
 from toolexec.connection import redis_client
 from toolexec.errors import PayloadMissingError, PayloadStoreUnavailableError
@@ -19,12 +20,17 @@ from toolexec.keys import Keys
 
 __all__ = ["RedisPayloadStore"]
 
+#: Read a reply as the bytes Redis sent, whatever the client's ``decode_responses``.
+_RAW = {NEVER_DECODE: True}
+
 
 class RedisPayloadStore:
     """A :class:`~toolexec.payloads.store.PayloadStore` on Redis strings.
 
-    ``client`` must return bytes (``decode_responses=False``): payloads are
-    bytes, and decoding 10 MB to ``str`` only to encode it again wastes time.
+    ``client`` may be any toolexec client, decoding or not: reads ask Redis's
+    reply parser not to decode (``NEVER_DECODE``), because payloads are bytes and
+    decoding 10 MB to ``str`` only to encode it again wastes time. So a worker
+    hands in its one client (``toolexec.tasks.runtime``) and opens no pool of its own.
     """
 
     kind = "redis"
@@ -45,7 +51,7 @@ class RedisPayloadStore:
     def get(self, key: str) -> bytes:
         name = self.keys.payload(key)
         with _reachable():
-            data = self.client.get(name)
+            data = self.client.execute_command("GET", name, **_RAW)  # type: ignore[no-untyped-call]
         if data is None:
             raise _missing(name)
         return data if isinstance(data, bytes) else str(data).encode()
@@ -55,7 +61,7 @@ class RedisPayloadStore:
         with _reachable():
             pipe = self.client.pipeline(transaction=False)
             pipe.exists(name)
-            pipe.getrange(name, start, max(start, end) - 1)
+            pipe.execute_command("GETRANGE", name, start, max(start, end) - 1, **_RAW)  # type: ignore[no-untyped-call]
             found, data = pipe.execute()
         if not found:
             raise _missing(name)

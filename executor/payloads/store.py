@@ -16,12 +16,15 @@ cannot be reached raises :class:`PayloadStoreUnavailableError`.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from toolexec.clock import Clock
 from toolexec.errors import ConfigurationError
 from toolexec.keys import Keys
 from toolexec.settings import Settings
+
+if TYPE_CHECKING:
+    import redis
 
 __all__ = ["PayloadStore", "open_store"]
 
@@ -51,13 +54,22 @@ class PayloadStore(Protocol):
         ...
 
 
-def open_store(settings: Settings, redis_url: str, clock: Clock) -> PayloadStore:
-    """The store ``settings.payload_store`` names; the Redis one lives at ``redis_url``."""
+def open_store(
+    settings: Settings, redis_url: str, clock: Clock, *, client: redis.Redis | None = None
+) -> PayloadStore:
+    """The store ``settings.payload_store`` names; the Redis one lives at ``redis_url``.
+
+    A worker passes its one ``client``, so the Redis store adds no pool to the
+    process; a client process without one gets a client of the store's own.
+    """
     where = settings.payload_store
     if where == "redis":
         from toolexec.payloads.redis_store import RedisPayloadStore
 
-        return RedisPayloadStore.connect(redis_url, Keys(settings.key_prefix))
+        keys = Keys(settings.key_prefix)
+        if client is not None:
+            return RedisPayloadStore(client, keys)
+        return RedisPayloadStore.connect(redis_url, keys)
     if where.startswith("file://"):
         from toolexec.payloads.file_store import FilePayloadStore
 
