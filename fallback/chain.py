@@ -61,13 +61,18 @@ Lookup = Callable[[str], dict[str, Any] | None]
 
 @dataclass(frozen=True)
 class Send:
-    """Publish the next step as its own task; ``shown`` is its ``kwargsrepr``, secrets redacted."""
+    """One task message the worker sends: a chain's next step, or a call handed over.
+
+    ``shown`` is its ``kwargsrepr``, secrets redacted; ``retries`` is Celery's
+    count for a handed-over call (``WorkerRuntime.hand_over``), None for a step.
+    """
 
     task: str
     kwargs: dict[str, Any]
     task_id: str
     queue: str | None
     shown: str
+    retries: int | None = None
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from toolexec.context import CallContext
 from toolexec.errors import ErrorType
 from toolexec.execution import Executor, Final, error_result, restamped
 from toolexec.fallback.cache import LastGoodCache, LastGoodLayer
-from toolexec.fallback.chain import Action, ChainRunner, Deliver
+from toolexec.fallback.chain import Action, ChainRunner, Deliver, Send
 from toolexec.faults import FaultConfig, FaultLayer, FaultStore
 from toolexec.idempotency import IdempotencyLayer, IdempotencyStore, Lease, LeaseSweeper, Message
 from toolexec.keys import Keys
@@ -60,7 +60,6 @@ from toolexec.settings import Settings
 from toolexec.stats import CallStats
 
 __all__ = [
-    "Publication",
     "WorkerRuntime",
     "attempt_number",
     "build_executor",
@@ -73,18 +72,6 @@ log = logging.getLogger("toolexec.worker")
 def attempt_number(retries: int, ctx: CallContext) -> int:
     """This attempt's number: Celery's re-sends, less the rate-limit deferrals among them."""
     return retries + 1 - ctx.deferrals
-
-
-@dataclass(frozen=True)
-class Publication:
-    """One task message the worker sends; ``shown`` is its redacted ``kwargsrepr``."""
-
-    task: str
-    kwargs: dict[str, Any]
-    task_id: str
-    queue: str | None
-    shown: str
-    retries: int | None = None
 
 
 class WorkerRuntime:
@@ -121,7 +108,7 @@ class WorkerRuntime:
 
     # -- the one way out for messages --------------------------------------------
 
-    def dispatch(self, publications: Sequence[Publication]) -> None:
+    def dispatch(self, publications: Sequence[Send]) -> None:
         """Publish task messages over one producer connection, with results ignored."""
         with self.app.producer_or_acquire() as producer:
             for message in publications:
@@ -180,10 +167,7 @@ class WorkerRuntime:
                 record_fallback(action.result.tool, action.result.source)
             return f"answered from {action.result.source}"
         try:
-            step = Publication(
-                action.task, action.kwargs, action.task_id, action.queue, action.shown
-            )
-            self.dispatch([step])
+            self.dispatch([action])
         except Exception as exc:
             log.exception("could not send fallback step %s of call %s", action.task, ctx.call_id)
             step_ctx = CallContext.from_json(action.kwargs["context"])
@@ -275,7 +259,7 @@ class WorkerRuntime:
         """
         self.dispatch(
             [
-                Publication(
+                Send(
                     m.task,
                     m.kwargs(),
                     m.call_id,

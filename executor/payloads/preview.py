@@ -225,6 +225,21 @@ def shrink(value: Any, cut: _Cut = _CUTS[0]) -> Any:
     return value
 
 
+def _best_cut(
+    build: Callable[[_Cut, int], Preview], count: int, enough: int, limit: int
+) -> Preview:
+    """The preview of the most of ``count`` parts that fit ``limit`` bytes, trying each
+    cut from the mildest and stopping at the first that shows ``enough`` parts."""
+    best = _CUTS[0], 0
+    for cut in _CUTS:
+        n = _largest(functools.partial(build, cut), min(count, limit // 2), limit)
+        if n > best[1]:
+            best = cut, n
+        if n >= enough:
+            break
+    return build(*best)
+
+
 def _array_preview(items: list[Any], ref: PayloadRef, limit: int) -> Preview:
     def build(cut: _Cut, n: int) -> Preview:
         kept = [shrink(item, cut) for item in items[:n]]
@@ -235,14 +250,7 @@ def _array_preview(items: list[Any], ref: PayloadRef, limit: int) -> Preview:
         preview["items"] = kept
         return preview
 
-    best = _CUTS[0], 0
-    for cut in _CUTS:
-        n = _largest(functools.partial(build, cut), min(len(items), limit // 2), limit)
-        if n > best[1]:
-            best = cut, n
-        if n >= min(3, len(items)):
-            break
-    return build(*best)
+    return _best_cut(build, len(items), min(3, len(items)), limit)
 
 
 def _object_preview(obj: dict[str, Any], ref: PayloadRef, limit: int) -> Preview:
@@ -254,11 +262,4 @@ def _object_preview(obj: dict[str, Any], ref: PayloadRef, limit: int) -> Preview
         preview["object"] = {key: shrink(value, cut) for key, value in entries[:n]}
         return preview
 
-    best = _CUTS[0], 0
-    for cut in _CUTS:
-        n = _largest(functools.partial(build, cut), min(len(entries), limit // 2), limit)
-        if n > best[1]:
-            best = cut, n
-        if n >= len(entries):
-            break
-    return build(*best)
+    return _best_cut(build, len(entries), len(entries), limit)
