@@ -19,6 +19,7 @@ from collections.abc import Callable
 from toolexec.failopen import REDIS_ERRORS
 from toolexec.idempotency.records import Lease
 from toolexec.idempotency.store import IdempotencyStore
+from toolexec.idempotency.ticks import run_every
 
 __all__ = ["LeaseKeeper"]
 
@@ -95,9 +96,5 @@ class LeaseKeeper:
         return lost
 
     def _loop(self) -> None:
-        while True:
-            time.sleep(self.interval_s / 2)
-            try:
-                self.renew_due()
-            except Exception as exc:  # a missed renewal must never stop the worker
-                log.warning("lease renewal failed: %s: %s", type(exc).__name__, exc)
+        # never set: the thread is a daemon and lives as long as the process
+        run_every(self.interval_s / 2, self.renew_due, "lease renewal", threading.Event())

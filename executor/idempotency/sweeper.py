@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from toolexec.idempotency.records import Message
 from toolexec.idempotency.store import IdempotencyStore
+from toolexec.idempotency.ticks import run_every
 
 __all__ = ["LeaseSweeper"]
 
@@ -69,8 +70,4 @@ class LeaseSweeper:
         self._stop.set()
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.sweep_once()
-            except Exception as exc:  # a missed sweep must never stop the worker
-                log.warning("lease sweep failed: %s: %s", type(exc).__name__, exc)
+        run_every(self.interval_s, self.sweep_once, "lease sweep", self._stop)
