@@ -173,6 +173,7 @@ def test_an_attempt_with_lease_breaker_and_budget_costs_two_round_trips(
     spec = registry.get("noop")
     assert spec is not None and spec.policy.breaker.enabled and spec.policy.retry_budget.enabled
     executor.attempt(spec, {}, _ctx(clock, spec), 1)  # scripts loaded, names registered
+    breakers.snapshot("noop")  # the snapshot's own script loaded too, so it costs one send below
     before = cls.sends
     admission, settlement = Batch(), Batch()
     verdict = executor.attempt(
