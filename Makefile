@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-redis lint bench clean test-rabbitmq test-e2e screenshot browser honcho
+.PHONY: demo test test-redis lint bench bench-perf clean test-rabbitmq test-e2e screenshot browser honcho
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,17 @@ honcho: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/overhead.py
+
+# Cost per layer, memory, the Redis commands of one call, and where the CPU goes
+# (py-spy and Dramatiq come with the bench extra).
+bench-perf: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[bench]'
+	$(BIN)/python bench/overhead.py --peers
+	$(BIN)/python bench/layers.py
+	$(BIN)/python bench/memory.py --calls 20000
+	$(BIN)/python bench/publish.py
+	$(BIN)/python bench/commands.py
+	$(BIN)/python bench/cpu_profile.py
 
 clean:
 	rm -rf $(VENV) .typecheck .mypy_cache .ruff_cache .pytest_cache

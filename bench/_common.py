@@ -129,14 +129,17 @@ def worker(
     pool: str,
     log_path: Path,
     env: Mapping[str, str] | None = None,
+    queues: str | None = None,
 ) -> Iterator[WorkerProcess]:
     """A real worker importing ``tools`` (a module under bench/), stopped afterwards.
 
-    ``env`` adds variables (settings the worker needs beyond ``settings``').
+    ``env`` adds variables (settings the worker needs beyond ``settings``');
+    ``queues`` limits what it consumes (default: every tool's queue).
     """
     proc = WorkerProcess(
         tools,
         {**_worker_env(settings), **(env or {})},
+        queues=queues,
         concurrency=concurrency,
         pool=pool,
         log_path=log_path,

@@ -1,21 +1,18 @@
-"""What the benchmarks run: toolexec tools and bare Celery tasks, side by side.
-
-Both kinds live in this one module so that one worker process serves them
-with the same pool, the same concurrency and the same Celery settings; the
-only difference left between the two paths is toolexec itself.
-"""
+"""The toolexec tools the benchmarks call (plain Celery's are in plain_app.py)."""
 
 from __future__ import annotations
 
 import time
 
 from toolexec import tool
-from toolexec.app import app
 
 
-@tool(timeout=60, max_attempts=1)
+@tool(timeout=60)
 def bench_noop() -> None:
-    """Does nothing, so that a call's whole round trip is overhead."""
+    """Does nothing, so that a call's whole round trip is overhead.
+
+    Every default layer is on (breaker, retry budget, stats), as the targets demand.
+    """
 
 
 @tool(timeout=60, max_attempts=1)
@@ -25,13 +22,8 @@ def bench_sleep(seconds: float) -> float:
     return seconds
 
 
-@app.task(name="bench.noop", ignore_result=False)  # type: ignore[untyped-decorator]
-def bare_noop() -> None:
-    """The bare Celery baseline of :func:`bench_noop`; its result goes to the backend."""
-
-
-@app.task(name="bench.sleep", ignore_result=False)  # type: ignore[untyped-decorator]
-def bare_sleep(seconds: float) -> float:
-    """The bare Celery baseline of :func:`bench_sleep`."""
+@tool(timeout=60, queue="bench-fanout")
+def bench_fanout_sleep(seconds: float) -> float:
+    """:func:`bench_sleep` on a queue of its own, served by a worker with 100 slots."""
     time.sleep(seconds)
     return seconds

@@ -1,18 +1,23 @@
-"""What toolexec costs over bare Celery, measured in one run on one worker.
+"""What toolexec costs over plain Celery as a user runs it, side by side in one run.
 
-Three scenarios, each run for a few rounds with the baseline and toolexec
-alternating, on the same Redis and the same worker process (bench_tools.py
-holds both the tools and the bare tasks):
+The baseline is honest: plain Celery is its own app (bench/plain_app.py, default
+settings, JSON, Redis broker and result backend) served by its own
+``celery -A plain_app worker -P threads -c 8`` process, once without and once
+with ``-E`` (task events, as Flower needs), called with ``task.delay().get()``.
+toolexec is ``ToolClient.call`` / ``call_many`` against a
+``toolexec worker -P threads -c 8`` (every default layer on). Each side has a
+Redis server of its own (a fresh Valkey), so that its command counts and its
+server's CPU are its own, and the rounds of the sides are interleaved, the
+order reversed every other round, so machine noise hits them all.
 
-1. sequential round trip of a no-op: ``noop.delay().get()`` with Celery's
-   Redis result backend vs ``ToolClient.call`` (validation, catalog, reply
-   list); target: toolexec p50 <= 1.15x bare Celery;
-2. throughput of a burst of calls: bare ``delay()`` one by one, then
-   ``get()`` each, vs ``ToolClient.call_many``; target: >= 2x bare Celery;
-3. fan-out of sleeping calls over the worker's slots with ``call_many`` vs
-   the ideal (waves x sleep); target: <= 1.3x ideal.
+Figures: sequential round trip p50/p95; a burst of N no-ops (``delay()`` each
+then ``get()`` each, vs ``call_many``); a fan-out of 200 calls x 0.2 s on 100
+thread slots (a second worker per side, on a queue of its own) vs the ideal;
+Redis commands per call (``INFO commandstats`` deltas); CPU seconds per call of
+worker, caller and server (``/proc``). With ``--peers`` (extra ``[bench]``),
+Dramatiq runs the same no-op afterwards (arq cannot share kombu's redis-py).
 
-Usage: ``python bench/overhead.py [--quick] [--redis-url URL] [...]``; see
+Usage: ``python bench/overhead.py [--quick] [--rounds N] [--peers] [...]``; see
 ``--help``. The process exits 0 whatever the figures (``--strict`` exits 1
 when a target is missed), and non-zero when a call fails.
 """
@@ -20,107 +25,231 @@ when a target is missed), and non-zero when a call fails.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import plain_app
+import redis
 from _common import (
-    CpuMeter,
-    Row,
-    forget,
+    BENCH_DIR,
+    command_line,
+    cpu_seconds,
     interleave,
     machine_info,
+    markdown_table,
     median,
     percentile,
-    print_report,
     progress,
-    redis_server,
     require,
     run_settings,
-    timed,
     worker,
 )
-from celery import Celery
 
-from toolexec.app import celery_config
 from toolexec.client import ToolClient
+from toolexec.embedded import ensure_embedded, stop_embedded
 from toolexec.settings import Settings
 
 LATENCY_TARGET = 1.15
-THROUGHPUT_TARGET = 2.0
+BURST_TARGET = 1.5
 FANOUT_TARGET = 1.3
-CORES = os.cpu_count() or 1
 CALL_TIMEOUT_S = 600.0  # a stuck worker ends the run instead of hanging it
+FANOUT_QUEUE = "bench-fanout"  # bench_tools.bench_fanout_sleep's queue
 
 
 @dataclass(frozen=True)
 class Config:
-    calls: int = 500
-    warmup: int = 50
-    throughput_calls: int = 5000
+    calls: int = 300
+    warmup: int = 30
+    burst_calls: int = 2000
     fanout_calls: int = 200
     fanout_sleep: float = 0.2
+    fanout_slots: int = 100
     rounds: int = 3
-    concurrency: int = 100
-    pool: str = "threads"
-    redis_url: str | None = None
-    task_events: bool = True
+    concurrency: int = 8
+    peers: bool = False
     strict: bool = False
 
 
-QUICK: dict[str, Any] = {"calls": 50, "warmup": 10, "throughput_calls": 500, "rounds": 1}
+QUICK: dict[str, Any] = {
+    "calls": 30,
+    "warmup": 5,
+    "burst_calls": 100,
+    "fanout_calls": 20,
+    "fanout_sleep": 0.05,
+    "fanout_slots": 10,
+    "rounds": 1,
+}
 
 
 def parse_args(argv: Sequence[str] | None) -> Config:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add = parser.add_argument
     add("--quick", action="store_true", help=f"a fast, smaller run: {QUICK}")
-    add("--calls", type=int, help="sequential calls per side per round (500)")
-    add("--warmup", type=int, help="unmeasured calls per side first (50)")
-    add("--throughput-calls", type=int, help="calls in each burst (5000)")
+    add("--calls", type=int, help="sequential calls per side per round (300)")
+    add("--warmup", type=int, help="unmeasured calls per side first (30)")
+    add("--burst-calls", type=int, help="no-op calls in each burst (2000)")
     add("--fanout-calls", type=int, help="sleeping calls in each fan-out (200)")
     add("--fanout-sleep", type=float, help="seconds each fan-out call sleeps (0.2)")
-    add("--rounds", type=int, help="rounds per scenario, baseline and toolexec alternating (3)")
-    add("--concurrency", type=int, help="worker slots (100)")
-    add("--pool", choices=["threads", "prefork", "solo"], help="worker pool (threads)")
-    add("--redis-url", help="use this server instead of a fresh embedded Valkey")
-    add(
-        "--task-events",
-        action=argparse.BooleanOptionalAction,
-        help="Celery task events for Flower, on both sides (on, as toolexec ships)",
-    )
+    add("--fanout-slots", type=int, help="thread slots of the fan-out workers (100)")
+    add("--rounds", type=int, help="rounds per figure, the sides interleaved (3)")
+    add("--concurrency", type=int, help="thread slots of the no-op workers (8)")
+    add("--peers", action="store_true", help="Dramatiq on the same no-op too (extra [bench])")
     add("--strict", action="store_true", help="exit 1 when a target is missed")
     args = vars(parser.parse_args(argv))
     config = replace(Config(), **QUICK) if args.pop("quick") else Config()
-    given = {name: value for name, value in args.items() if value is not None}
+    given = {name: value for name, value in args.items() if value not in (None, False)}
     return replace(config, **given)
 
 
-class BareCelery:
-    """The baseline: plain Celery tasks on toolexec's settings, results in the backend."""
+# -- what is measured around every round --------------------------------------------
 
-    def __init__(self, settings: Settings, result_ids: list[str]) -> None:
-        self.app = Celery("bench-bare", set_as_current=False)
-        self.app.conf.update({**celery_config(settings), "task_ignore_result": False})
-        # Client-side handles of the tasks bench_tools.py defines on the worker.
-        self.noop = self.app.task(name="bench.noop")(_runs_on_the_worker)
-        self.sleep = self.app.task(name="bench.sleep")(_sleeps_on_the_worker)
-        self.result_ids = result_ids  # to delete from the server afterwards
+
+def command_counts(client: redis.Redis) -> dict[str, int]:
+    """Calls per command since the server started (``INFO commandstats``)."""
+    stats: dict[str, Any] = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+def load_average() -> float:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    return float("nan")
+
+
+@dataclass
+class Meter:
+    """What one side spent over its rounds: CPU per process and server commands."""
+
+    pids: dict[str, int]
+    server: redis.Redis
+    cpu: dict[str, float] = field(default_factory=dict)
+    commands: dict[str, int] = field(default_factory=dict)
+    calls: int = 0
+
+    def measure(self, calls: int, func: Callable[[], Any]) -> Any:
+        before_cpu = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        before_cmd = command_counts(self.server)
+        value = func()
+        after_cmd = command_counts(self.server)
+        for name, pid in self.pids.items():
+            start, end = before_cpu[name], cpu_seconds(pid)
+            if start is not None and end is not None:
+                self.cpu[name] = self.cpu.get(name, 0.0) + end - start
+        for name, count in after_cmd.items():
+            # INFO itself is counted once per measurement; leave it out
+            delta = count - before_cmd.get(name, 0) - (name == "info")
+            if delta:
+                self.commands[name] = self.commands.get(name, 0) + delta
+        self.calls += calls
+        return value
+
+    def cpu_ms(self, name: str) -> float:
+        return 1000 * self.cpu.get(name, float("nan")) / max(1, self.calls)
+
+    def commands_per_call(self) -> float:
+        return sum(self.commands.values()) / max(1, self.calls)
+
+    def top_commands(self, n: int = 8) -> str:
+        ranked = sorted(self.commands.items(), key=lambda kv: -kv[1])[:n]
+        return ", ".join(f"{name} {count / max(1, self.calls):.1f}" for name, count in ranked)
+
+
+# -- the sides ------------------------------------------------------------------------
+
+
+class Side(Protocol):
+    name: str
+    pids: dict[str, int]
+    server: redis.Redis
+
+    def round_trip(self) -> float: ...
+    def burst(self, calls: int) -> float: ...
+    def fanout(self, calls: int, sleep: float) -> float: ...
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    pid: int
+
+
+@contextlib.contextmanager
+def own_server() -> Iterator[Server]:
+    """A fresh Valkey on a free loopback port, for one side only."""
+    with tempfile.TemporaryDirectory(prefix="toolexec-bench-") as tmp:
+        embedded = ensure_embedded(Path(tmp))
+        try:
+            yield Server(embedded.url, embedded.pid)
+        finally:
+            stop_embedded(Path(tmp))
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+@contextlib.contextmanager
+def celery_worker(url: str, *, queue: str, slots: int, events: bool) -> Iterator[int]:
+    """``celery -A plain_app worker -P threads -c N [-E]``, exactly as a user types it."""
+    argv = [sys.executable, "-m", "celery", "-A", "plain_app", "worker", "-P", "threads"]
+    argv += ["-c", str(slots), "-Q", queue, "-n", f"plain-{uuid.uuid4().hex[:6]}@%h"]
+    argv += ["--loglevel", "WARNING", *(["-E"] if events else [])]
+    env = {**os.environ, "PLAIN_CELERY_URL": url, "PYTHONPATH": str(BENCH_DIR)}
+    proc = subprocess.Popen(
+        argv,
+        cwd=BENCH_DIR,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        yield proc.pid
+    finally:
+        _stop(proc)
+
+
+class PlainCelery:
+    """``task.delay().get()`` on plain_app, results through the Redis result backend."""
+
+    def __init__(self, name: str, server: Server, events: bool) -> None:
+        self.name, self.events = name, events
+        self.app = plain_app.make_app(server.url)
+        self.noop = self.app.tasks["plain_app.noop"]
+        self.sleep = self.app.tasks["plain_app.sleep"]
+        self.server = redis.Redis.from_url(server.url)
+        self.pids = {"server": server.pid, "client": os.getpid()}
+        self.url = server.url
+
+    @contextlib.contextmanager
+    def workers(self, slots: int, fanout: bool) -> Iterator[None]:
+        queue = plain_app.FANOUT_QUEUE if fanout else "celery"
+        with celery_worker(self.url, queue=queue, slots=slots, events=self.events) as pid:
+            self.pids["worker"] = pid
+            # ready once it answers (a fresh worker takes a few seconds to start)
+            (self.sleep.delay(0.0) if fanout else self.noop.delay()).get(timeout=60)
+            yield
 
     def round_trip(self) -> float:
         start = time.perf_counter()
-        pending = self.noop.delay()
-        result = pending.get(timeout=CALL_TIMEOUT_S)
-        seconds = time.perf_counter() - start
-        self.result_ids.append(pending.id)
-        require(result is None, f"bench.noop returned {result!r}")
-        return seconds
+        self.noop.delay().get(timeout=CALL_TIMEOUT_S)
+        return time.perf_counter() - start
 
     def burst(self, calls: int) -> float:
         return self._send_and_wait(lambda: self.noop.delay(), calls)
@@ -128,36 +257,50 @@ class BareCelery:
     def fanout(self, calls: int, sleep: float) -> float:
         return self._send_and_wait(lambda: self.sleep.delay(sleep), calls)
 
-    def _send_and_wait(self, send: Callable[[], Any], calls: int) -> float:
-        """Seconds from the first send until every result is in."""
+    @staticmethod
+    def _send_and_wait(send: Callable[[], Any], calls: int) -> float:
         start = time.perf_counter()
         pending = [send() for _ in range(calls)]
         for result in pending:
             result.get(timeout=CALL_TIMEOUT_S)  # raises if the task failed
-        seconds = time.perf_counter() - start
-        self.result_ids += [r.id for r in pending]
-        return seconds
+        return time.perf_counter() - start
 
     def close(self) -> None:
         self.app.close()
-
-
-def _runs_on_the_worker() -> None:
-    raise AssertionError("bench.noop runs on the worker, never in the benchmark process")
-
-
-def _sleeps_on_the_worker(seconds: float) -> float:
-    raise AssertionError("bench.sleep runs on the worker, never in the benchmark process")
+        self.server.close()
 
 
 class Toolexec:
-    """The full toolexec path: client-side validation, catalog, routing, reply lists."""
+    """``ToolClient.call`` / ``call_many`` against ``toolexec worker``, every default layer on."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.client = ToolClient(settings)
+    name = "toolexec"
+
+    def __init__(self, server: Server, data_dir: Path) -> None:
+        self.settings: Settings = run_settings(server.url, data_dir, task_events=True)
+        self.client = ToolClient(self.settings)
+        self.server = redis.Redis.from_url(server.url)
+        self.pids = {"server": server.pid, "client": os.getpid()}
+        self.log = data_dir / "worker.log"
+
+    @contextlib.contextmanager
+    def workers(self, slots: int, fanout: bool) -> Iterator[None]:
+        queue = FANOUT_QUEUE if fanout else self.settings.default_queue
+        with worker(
+            self.settings,
+            "bench_tools",
+            concurrency=slots,
+            pool="threads",
+            log_path=self.log,
+            queues=queue,
+        ) as proc:
+            assert proc.process is not None
+            self.pids["worker"] = proc.process.pid
+            yield
 
     def round_trip(self) -> float:
-        seconds, result = timed(lambda: self.client.call("bench_noop", {}))
+        start = time.perf_counter()
+        result = self.client.call("bench_noop", {}, timeout=CALL_TIMEOUT_S)
+        seconds = time.perf_counter() - start
         require(result.ok, f"bench_noop failed: {result}")
         return seconds
 
@@ -165,10 +308,12 @@ class Toolexec:
         return self._run_all([("bench_noop", {})] * calls)
 
     def fanout(self, calls: int, sleep: float) -> float:
-        return self._run_all([("bench_sleep", {"seconds": sleep})] * calls)
+        return self._run_all([("bench_fanout_sleep", {"seconds": sleep})] * calls)
 
     def _run_all(self, calls: list[tuple[str, dict[str, Any]]]) -> float:
-        seconds, results = timed(lambda: self.client.call_many(calls, timeout=CALL_TIMEOUT_S))
+        start = time.perf_counter()
+        results = self.client.call_many(calls, timeout=CALL_TIMEOUT_S)
+        seconds = time.perf_counter() - start
         failed = [r for r in results if not r.ok]
         require(not failed, f"{len(failed)} call(s) failed, e.g. {failed[:1]}")
         return seconds
@@ -176,193 +321,238 @@ class Toolexec:
     def close(self) -> None:
         self.client.close()
         self.client.app.close()
+        self.server.close()
 
 
-def _sequential(round_trip: Callable[[], float], calls: int) -> list[float]:
-    return [round_trip() for _ in range(calls)]
+# -- the figures ----------------------------------------------------------------------
 
 
-def _ratios(top: list[float], bottom: list[float]) -> str:
-    return ", ".join(f"{a / b:.2f}" for a, b in zip(top, bottom, strict=True))
+@dataclass
+class Figures:
+    """Everything measured of one side."""
+
+    latencies: list[float] = field(default_factory=list)
+    bursts: list[float] = field(default_factory=list)
+    fanouts: list[float] = field(default_factory=list)
+    seq_meter: Meter | None = None
+    burst_meter: Meter | None = None
 
 
-@dataclass(frozen=True)
-class Bench:
-    """One run's configuration, both contenders and the processes whose CPU is watched."""
-
-    cfg: Config
-    bare: BareCelery
-    tx: Toolexec
-    pids: dict[str, int]
+def _sequential(side: Side, meter: Meter, calls: int) -> list[float]:
+    return list(meter.measure(calls, lambda: [side.round_trip() for _ in range(calls)]))
 
 
-def latency(b: Bench) -> tuple[list[Row], list[str]]:
-    cfg = b.cfg
+def measure_noops(cfg: Config, sides: Sequence[Side], out: dict[str, Figures]) -> None:
+    """Sequential round trips, then bursts, each in interleaved rounds."""
     progress(f"sequential: {cfg.rounds} round(s) of {cfg.calls} calls per side")
-    _sequential(b.bare.round_trip, cfg.warmup)
-    _sequential(b.tx.round_trip, cfg.warmup)
+    for side in sides:
+        for _ in range(cfg.warmup):
+            side.round_trip()
+        out[side.name].seq_meter = Meter(dict(side.pids), side.server)
+        out[side.name].burst_meter = Meter(dict(side.pids), side.server)
     runs = interleave(
         cfg.rounds,
         {
-            "bare": lambda: _sequential(b.bare.round_trip, cfg.calls),
-            "toolexec": lambda: _sequential(b.tx.round_trip, cfg.calls),
+            s.name: _bind(lambda s: _sequential(s, out[s.name].seq_meter, cfg.calls), s)
+            for s in sides
         },
     )
-    pooled = {side: [s for run in samples for s in run] for side, samples in runs.items()}
-    scenario = f"sequential no-op round trip ({len(pooled['bare'])} calls per side)"
-    rows = []
-    for q, target in ((50, LATENCY_TARGET), (99, None)):
-        ms = {side: percentile(samples, q) * 1000 for side, samples in pooled.items()}
-        ratio = ms["toolexec"] / ms["bare"]
-        rows.append(
-            Row(
-                scenario,
-                f"p{q} ms",
-                f"{ms['bare']:.2f}",
-                f"{ms['toolexec']:.2f}",
-                ratio,
-                f"<= {target}x" if target else "-",
-                (ratio <= target) if target else None,
-            )
-        )
-    p50s = {side: [percentile(run, 50) for run in samples] for side, samples in runs.items()}
-    note = f"sequential p50 ratio per round: {_ratios(p50s['toolexec'], p50s['bare'])}"
-    return rows, [note]
-
-
-def throughput(b: Bench) -> tuple[list[Row], list[str]]:
-    n = b.cfg.throughput_calls
-    progress(f"throughput: {b.cfg.rounds} round(s) of {n} calls per side")
-    meters, runs = _metered(b, lambda: b.bare.burst(n), lambda: b.tx.burst(n))
-    rate = {side: n / median(seconds) for side, seconds in runs.items()}
-    ratio = rate["toolexec"] / rate["bare"]
-    row = Row(
-        f"throughput, {n} no-op calls (bare: delay() each then get(); toolexec: call_many)",
-        "calls/s",
-        f"{rate['bare']:.0f}",
-        f"{rate['toolexec']:.0f}",
-        ratio,
-        f">= {THROUGHPUT_TARGET}x",
-        ratio >= THROUGHPUT_TARGET,
-    )
-    notes = [f"throughput ratio per round: {_ratios(runs['bare'], runs['toolexec'])}"]
-    if meters["bare"].spent:
-        calls = n * b.cfg.rounds
-        notes.append(
-            f"throughput CPU ms per call: {_cpu_per_call(meters, calls)}. All of it shares "
-            f"{CORES} core(s), so at most "
-            + ", ".join(
-                f"{side} {CORES / m.total_per_call_s(calls):.0f} calls/s"
-                for side, m in meters.items()
-            )
-        )
-    return [row], notes
-
-
-def _metered(
-    b: Bench, bare: Callable[[], float], toolexec: Callable[[], float]
-) -> tuple[dict[str, CpuMeter], dict[str, list[float]]]:
-    """Each side's seconds per round, interleaved, and the CPU each process spent on it."""
-    meters = {"bare": CpuMeter(b.pids), "toolexec": CpuMeter(b.pids)}
-    runs = interleave(
-        b.cfg.rounds,
+    for name, samples in runs.items():
+        out[name].latencies = [x for run in samples for x in run]
+    n = cfg.burst_calls
+    progress(f"burst: {cfg.rounds} round(s) of {n} no-ops per side")
+    runs_b = interleave(
+        cfg.rounds,
         {
-            "bare": lambda: meters["bare"].measure(bare),
-            "toolexec": lambda: meters["toolexec"].measure(toolexec),
+            s.name: _bind(lambda s: out[s.name].burst_meter.measure(n, lambda: s.burst(n)), s)
+            for s in sides
         },
     )
-    return meters, runs
+    for name, seconds in runs_b.items():
+        out[name].bursts = seconds
 
 
-def _cpu_per_call(meters: dict[str, CpuMeter], calls: int) -> str:
-    return "; ".join(f"{side}: {m.per_call_ms(calls)}" for side, m in meters.items())
-
-
-def fanout(b: Bench) -> tuple[list[Row], list[str]]:
-    cfg, n, sleep = b.cfg, b.cfg.fanout_calls, b.cfg.fanout_sleep
+def measure_fanout(cfg: Config, sides: Sequence[Side], out: dict[str, Figures]) -> None:
+    n, sleep = cfg.fanout_calls, cfg.fanout_sleep
     progress(f"fan-out: {cfg.rounds} round(s) of {n} x {sleep} s per side")
-    ideal = math.ceil(n / cfg.concurrency) * sleep
-    meters, runs = _metered(b, lambda: b.bare.fanout(n, sleep), lambda: b.tx.fanout(n, sleep))
-    wall = {side: median(seconds) for side, seconds in runs.items()}
-    ratio = wall["toolexec"] / ideal
-    row = Row(
-        f"fan-out, {n} calls x {sleep} s on {cfg.concurrency} slots (call_many vs ideal)",
-        "wall s",
-        f"{ideal:.3f} (ideal)",
-        f"{wall['toolexec']:.3f}",
-        ratio,
-        f"<= {FANOUT_TARGET}x",
-        ratio <= FANOUT_TARGET,
-    )
-    notes = [
-        f"fan-out wall s per round: toolexec {_rounded(runs['toolexec'])}, "
-        f"bare Celery {_rounded(runs['bare'])} (bare median {wall['bare'] / ideal:.2f}x ideal)"
+    runs = interleave(cfg.rounds, {s.name: _bind(lambda s: s.fanout(n, sleep), s) for s in sides})
+    for name, seconds in runs.items():
+        out[name].fanouts = seconds
+
+
+def _bind(func: Callable[[Any], Any], side: Side) -> Callable[[], Any]:
+    return lambda: func(side)
+
+
+# -- the report -----------------------------------------------------------------------
+
+BASE = "plain -E"
+HEADERS = ["figure", "plain Celery", "plain Celery -E", "toolexec", "toolexec / -E", "target"]
+
+
+def _fmt(value: float, digits: int = 2) -> str:
+    return "-" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _row(
+    figure: str,
+    values: dict[str, float],
+    target: str = "-",
+    ok: bool | None = None,
+    digits: int = 2,
+    ratio: float | None = None,
+) -> list[str]:
+    if ratio is None:
+        ratio = values["toolexec"] / values[BASE]
+    verdict = "" if ok is None else (" PASS" if ok else " FAIL")
+    return [
+        figure,
+        _fmt(values["plain"], digits),
+        _fmt(values[BASE], digits),
+        _fmt(values["toolexec"], digits),
+        f"{ratio:.2f}x",
+        f"{target}{verdict}",
     ]
-    if meters["toolexec"].spent:
-        calls = n * cfg.rounds
-        floor = n * meters["toolexec"].total_per_call_s(calls) / CORES
-        notes.append(
-            f"fan-out CPU ms per call: {_cpu_per_call(meters, calls)}; toolexec's {n} calls "
-            f"need {floor:.3f} s of all {CORES} core(s) besides the sleeping"
+
+
+def report_rows(cfg: Config, figs: dict[str, Figures]) -> tuple[list[list[str]], list[bool]]:
+    rows, verdicts = [], []
+    for q in (50, 95):
+        ms = {k: 1000 * percentile(f.latencies, q) for k, f in figs.items()}
+        ok = ms["toolexec"] / ms[BASE] <= LATENCY_TARGET if q == 50 else None
+        rows.append(
+            _row(f"sequential round trip p{q}, ms", ms, "<= 1.15x" if ok is not None else "-", ok)
         )
-    return [row], notes
+        verdicts += [ok] if ok is not None else []
+    rate = {k: cfg.burst_calls / median(f.bursts) for k, f in figs.items()}
+    ok = rate["toolexec"] / rate[BASE] >= BURST_TARGET
+    rows.append(
+        _row(
+            f"{cfg.burst_calls} no-ops: delay() each then get() each / call_many, calls/s",
+            rate,
+            ">= 1.5x",
+            ok,
+            0,
+        )
+    )
+    verdicts.append(ok)
+    ideal = math.ceil(cfg.fanout_calls / cfg.fanout_slots) * cfg.fanout_sleep
+    wall = {k: median(f.fanouts) for k, f in figs.items()}
+    ok = wall["toolexec"] / ideal <= FANOUT_TARGET
+    rows.append(
+        _row(
+            f"fan-out {cfg.fanout_calls} x {cfg.fanout_sleep} s on {cfg.fanout_slots} slots, "
+            f"wall s (ideal {ideal:.2f}; ratio vs ideal)",
+            wall,
+            "<= 1.3x ideal",
+            ok,
+            3,
+            wall["toolexec"] / ideal,
+        )
+    )
+    verdicts.append(ok)
+    for label, pick in (("sequential", "seq_meter"), ("burst", "burst_meter")):
+        meters = {k: getattr(f, pick) for k, f in figs.items()}
+        rows.append(
+            _row(
+                f"Redis commands per call, {label}",
+                {k: m.commands_per_call() for k, m in meters.items()},
+                digits=1,
+            )
+        )
+        for proc in ("worker", "client", "server"):
+            rows.append(
+                _row(
+                    f"CPU ms per call, {label}: {proc}",
+                    {k: m.cpu_ms(proc) for k, m in meters.items()},
+                )
+            )
+        total = {
+            k: sum(m.cpu_ms(p) for p in ("worker", "client", "server")) for k, m in meters.items()
+        }
+        ok = total["toolexec"] <= total[BASE] if label == "burst" else None
+        rows.append(
+            _row(
+                f"CPU ms per call, {label}: total", total, "<= 1.0x" if ok is not None else "-", ok
+            )
+        )
+        verdicts += [ok] if ok is not None else []
+    return rows, [v for v in verdicts if v is not None]
 
 
-def _rounded(values: list[float]) -> str:
-    return ", ".join(f"{v:.3f}" for v in values)
+def notes_for(cfg: Config, figs: dict[str, Figures], loads: list[float]) -> list[str]:
+    notes = [
+        f"{cfg.rounds} round(s) per figure, sides interleaved (order reversed every other "
+        f"round), {cfg.warmup} warm-up calls per side; medians of the rounds for the burst "
+        f"and the fan-out, percentiles over all rounds' calls for the round trip",
+        "no-op workers: threads pool, "
+        f"{cfg.concurrency} slots; fan-out workers: threads pool, {cfg.fanout_slots} slots; "
+        "each side has its own Valkey; toolexec sends task events (worker and client), "
+        "plain Celery -E worker events only, as Flower needs",
+        "load average (1 min) during the run: "
+        + ", ".join(f"{x:.2f}" for x in loads)
+        + f" on {os.cpu_count()} core(s), shared with other work: figures are noisy",
+    ]
+    for name, f in figs.items():
+        notes.append(f"burst s per round, {name}: " + ", ".join(f"{x:.3f}" for x in f.bursts))
+        notes.append(f"fan-out s per round, {name}: " + ", ".join(f"{x:.3f}" for x in f.fanouts))
+        if f.burst_meter:
+            notes.append(f"commands per call in the burst, {name}: {f.burst_meter.top_commands()}")
+    return notes
 
 
-def run(
-    cfg: Config, settings: Settings, pids: dict[str, int], result_ids: list[str]
-) -> tuple[list[Row], list[str]]:
-    """Every scenario's rows and notes; the baseline's results are listed in ``result_ids``."""
-    b = Bench(cfg, BareCelery(settings, result_ids), Toolexec(settings), pids)
-    try:
-        rows: list[Row] = []
-        notes: list[str] = []
-        for scenario in (latency, throughput, fanout):
-            more_rows, more_notes = scenario(b)
-            rows += more_rows
-            notes += more_notes
-        return rows, notes
-    finally:
-        b.bare.close()
-        b.tx.close()
+def print_table(cfg: Config, figs: dict[str, Figures], loads: list[float], url: str) -> bool:
+    rows, verdicts = report_rows(cfg, figs)
+    print("\n## toolexec vs plain Celery, side by side\n")
+    print(markdown_table(HEADERS, rows))
+    print()
+    for note in notes_for(cfg, figs, loads):
+        print(f"- {note}")
+    print(f"\ncommand: `{command_line()}`\n")
+    print("machine: " + "; ".join(f"{k} {v}" for k, v in machine_info(url)))
+    sys.stdout.flush()
+    return all(verdicts)
+
+
+# -- the run --------------------------------------------------------------------------
+
+
+def run(cfg: Config, stack: contextlib.ExitStack, tmp: Path) -> bool:
+    servers = [stack.enter_context(own_server()) for _ in range(3)]
+    plain = PlainCelery("plain", servers[0], events=False)
+    plain_e = PlainCelery(BASE, servers[1], events=True)
+    tx = Toolexec(servers[2], tmp)
+    sides: list[Any] = [plain, plain_e, tx]
+    for side in sides:
+        stack.callback(side.close)
+    figs = {s.name: Figures() for s in sides}
+    loads = [load_average()]
+    progress(f"starting three no-op workers ({cfg.concurrency} slots each)")
+    with contextlib.ExitStack() as workers:
+        for side in sides:
+            workers.enter_context(side.workers(cfg.concurrency, fanout=False))
+        measure_noops(cfg, sides, figs)
+    loads.append(load_average())
+    progress(f"starting three fan-out workers ({cfg.fanout_slots} slots each)")
+    with contextlib.ExitStack() as workers:
+        for side in sides:
+            workers.enter_context(side.workers(cfg.fanout_slots, fanout=True))
+        measure_fanout(cfg, sides, figs)
+    loads.append(load_average())
+    passed = print_table(cfg, figs, loads, servers[2].url)
+    if cfg.peers:
+        from peers import run_peers
+
+        peer = stack.enter_context(own_server())
+        run_peers(peer.url, cfg.calls, cfg.burst_calls, cfg.rounds)
+    return passed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_args(argv)
-    with redis_server(cfg.redis_url) as server, tempfile.TemporaryDirectory() as tmp:
-        settings = run_settings(server.url, Path(tmp), task_events=cfg.task_events)
-        log_path = Path(tmp) / "worker.log"
-        progress(f"starting a {cfg.pool} worker with {cfg.concurrency} slots on {server.url}")
-        result_ids: list[str] = []
-        try:
-            with worker(
-                settings,
-                "bench_tools",
-                concurrency=cfg.concurrency,
-                pool=cfg.pool,
-                log_path=log_path,
-            ) as proc:
-                assert proc.process is not None
-                pids = {"worker": proc.process.pid, "caller": os.getpid()}
-                if server.pid is not None:
-                    pids["server"] = server.pid
-                rows, notes = run(cfg, settings, pids, result_ids)
-        finally:
-            forget(server.url, settings, result_ids)
-        info = machine_info(server.url)
-    notes = [
-        f"worker: {cfg.pool} pool, {cfg.concurrency} slots, one process serving both sides, "
-        f"task events {'on' if cfg.task_events else 'off'}; "
-        f"{cfg.rounds} round(s) per scenario, baseline and toolexec alternating; "
-        f"{cfg.warmup} warm-up calls per side",
-        *notes,
-    ]
-    print_report("toolexec overhead vs bare Celery", rows, info, notes)
-    missed = [row for row in rows if row.passed is False]
-    return 1 if cfg.strict and missed else 0
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
+        passed = run(cfg, stack, Path(tmp))
+    return 1 if cfg.strict and not passed else 0
 
 
 if __name__ == "__main__":

@@ -69,6 +69,26 @@ class Keys:
         """
         return f"{self.prefix}:breaker:{{{name}}}:probes"
 
+    def breaker_gate(self, name: str) -> str:
+        """String: ``"<state> <open_until> <isolated>"`` of a breaker that is not closed.
+
+        Written only on a transition or while the breaker is open or half-open,
+        never by the calls a closed breaker counts, and every write is published
+        on a channel of the same name, so a client keeps a local copy that is
+        dropped the moment the breaker moves (toolexec.breaker.gate). Absent
+        means closed. Same hash tag and TTL as :meth:`breaker` (none while
+        isolated); a closing transition deletes it.
+        """
+        return f"{self.prefix}:breaker:{{{name}}}:gate"
+
+    def breaker_gates(self) -> str:
+        """Pub/sub pattern matching every :meth:`breaker_gate` channel (no TTL: not a key).
+
+        The prefix is escaped, so glob characters in it match only themselves.
+        """
+        escaped = "".join(f"\\{c}" if c in "*?[]\\" else c for c in self.prefix)
+        return f"{escaped}:breaker:*:gate"
+
     def breakers(self) -> str:
         """Sorted set: breaker name -> when a process last registered it (epoch s).
 

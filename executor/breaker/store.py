@@ -411,7 +411,8 @@ class CircuitBreaker:
     # -- internals ---------------------------------------------------------
 
     def _keys(self, name: str) -> list[str]:
-        return [self.keys.breaker(name), self.keys.breaker_probes(name)]
+        k = self.keys
+        return [k.breaker(name), k.breaker_probes(name), k.breaker_gate(name)]
 
     def _now_arg(self) -> str:
         return "" if self.clock is None else repr(float(self.clock.now()))

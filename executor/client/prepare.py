@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from toolexec.breaker import CircuitBreaker, refusal_for
+from toolexec.breaker import BreakerGate
 from toolexec.catalog import CatalogEntry
 from toolexec.client.catalog_cache import CatalogCache
 from toolexec.client.payloads import ClientPayloads
@@ -64,14 +64,14 @@ class CallPreparer:
         settings: Settings,
         clock: Clock,
         catalog: CatalogCache,
-        breakers: CircuitBreaker,
+        gate: BreakerGate,
         payloads: ClientPayloads,
         live_queues: LiveQueues | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.catalog = catalog
-        self.breakers = breakers
+        self.gate = gate
         self.payloads = payloads
         self.live_queues = live_queues
 
@@ -176,12 +176,14 @@ class CallPreparer:
     def _breaker_refusal(
         self, tool: str, entry: CatalogEntry, arguments: dict[str, Any]
     ) -> CircuitOpenError | None:
-        """Fail fast, without a queue round trip, while the tool's breaker is open."""
+        """Fail fast, without a queue round trip, while the tool's breaker is open.
+
+        A closed breaker costs no round trip: the gate is a local copy Redis invalidates.
+        """
         policy = entry["policy"]
         if "breaker" not in policy:  # published by a worker that predates breakers
             return None
-        return refusal_for(
-            self.breakers,
+        return self.gate.refusal(
             tool,
             BreakerPolicy.from_json(policy["breaker"]),
             policy.get("breaker_key"),

@@ -1,4 +1,4 @@
-"""Sending prepared calls to the broker, over one producer connection per batch.
+"""Sending prepared calls to the broker, pipelined over one producer connection.
 
 The repr of each call's kwargs that logs, task events and Flower show is
 computed here with secrets redacted (:func:`~toolexec.redaction.shown_kwargs`),
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kombu.exceptions import OperationalError
+from kombu.exceptions import BatchPublishError, OperationalError
 
 from toolexec.client.prepare import PreparedCall
 from toolexec.errors import BrokerUnavailableError
@@ -22,13 +22,23 @@ if TYPE_CHECKING:  # the client imports Celery only when it builds its app
 __all__ = ["publish"]
 
 
+#: Redis commands buffered before a flush: two per call (queue push, task-sent event),
+#: so a batch of 256 calls is one round trip of a few hundred KB at most.
+_PUBLISH_BATCH = 512
+
+
 def publish(app: Celery, batch: Sequence[PreparedCall]) -> None:
-    """Send every call that passed the checks; the rest already have their result."""
+    """Send every call that passed the checks; the rest already have their result.
+
+    kombu's publish batch buffers each message's Redis commands (the queue push,
+    the task-sent event) and sends them ``_PUBLISH_BATCH`` at a time: one round
+    trip per batch instead of two per call.
+    """
     todo = [p for p in batch if p.early is None]
     if not todo:
         return
     try:
-        with app.producer_or_acquire() as producer:
+        with app.producer_or_acquire() as producer, producer.batch(max_size=_PUBLISH_BATCH):
             for p in todo:
                 kwargs = {"arguments": p.arguments, "context": p.ctx.to_json()}
                 app.send_task(
@@ -40,6 +50,14 @@ def publish(app: Celery, batch: Sequence[PreparedCall]) -> None:
                     producer=producer,
                     ignore_result=True,
                 )
+    except BatchPublishError as exc:
+        cause = exc.__cause__ or exc
+        raise BrokerUnavailableError(
+            f"the broker failed while taking a batch of {len(todo)} call(s) "
+            f"({type(cause).__name__}: {cause}); some may have been sent and will run. "
+            "Check that the server is up before calling again; side-effecting tools are "
+            "idempotent, so a repeat is safe."
+        ) from exc
     except (OperationalError, OSError) as exc:
         raise BrokerUnavailableError(
             f"the broker did not accept the call ({type(exc).__name__}: {exc}); "

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from toolexec import catalog
 from toolexec.adapters import Format, arun_round, run_round
-from toolexec.breaker import CircuitBreaker
+from toolexec.breaker import BreakerGate, CircuitBreaker
 from toolexec.client.catalog_cache import CatalogCache
 from toolexec.client.payloads import ClientPayloads
 from toolexec.client.prepare import CallPreparer, CallSpec, PreparedCall
@@ -89,11 +89,12 @@ class ToolClient:
             self.redis, self.keys, self._url, self.settings.catalog_cache_s
         )
         self.payloads = ClientPayloads(self.settings, self._url, self.clock)
+        self.gate = BreakerGate(self._url, self.breakers, self.keys, self.clock)
         self.preparer = CallPreparer(
             self.settings,
             self.clock,
             self.catalog_cache,
-            self.breakers,
+            self.gate,
             self.payloads,
             LiveQueues(self.redis, self.keys, self.clock),
         )
@@ -114,6 +115,7 @@ class ToolClient:
     def close(self) -> None:
         self.redis.close()
         self.breakers.redis.close()
+        self.gate.close()
 
     def __enter__(self) -> ToolClient:
         return self

@@ -1,7 +1,8 @@
--- Shared by every breaker script. KEYS = {state hash, probes zset} of one breaker.
+-- Shared by every breaker script. KEYS = {state hash, probes zset, gate string} of one
+-- breaker.
 -- Each script returns the same reply (see toolexec.breaker.store._parse): verdict,
 -- permit, wait, transition, state; numbers as '%.17g' strings.
-local STATE, PROBES = KEYS[1], KEYS[2]
+local STATE, PROBES, GATE = KEYS[1], KEYS[2], KEYS[3]
 local tr = {}
 
 local function opt(arg) if arg == '' then return nil end return tonumber(arg) end
@@ -19,6 +20,26 @@ local function load()
   }
 end
 
+-- the gate clients keep a copy of (toolexec.breaker.gate): touched only when the breaker
+-- moves or is not closed, so the calls a closed breaker counts never invalidate a copy;
+-- published on the gate's own name, so clients drop their copy at once
+local function gate(b, ttl)
+  if b.state == 'closed' then
+    if tr[1] then
+      redis.call('DEL', GATE)
+      redis.call('PUBLISH', GATE, '')
+    end
+    return
+  end
+  local value = b.state .. ' ' .. fmt(b.open_until) .. ' ' .. b.isolated
+  if ttl == nil then
+    redis.call('SET', GATE, value)
+  else
+    redis.call('SET', GATE, value, 'PX', ttl)
+  end
+  redis.call('PUBLISH', GATE, value)
+end
+
 local function save(b, now, idle_ttl)
   redis.call('HSET', STATE, 'state', b.state, 'gen', b.gen, 'open_until', fmt(b.open_until),
     'isolated', b.isolated, 'window', b.window, 'consecutive', b.consecutive,
@@ -27,11 +48,13 @@ local function save(b, now, idle_ttl)
   b.exists = true
   if b.isolated == '1' then
     redis.call('PERSIST', STATE)
+    gate(b, nil)
     return
   end
   local ttl = math.ceil((math.max(b.open_until - now, 0) + idle_ttl) * 1000)
   redis.call('PEXPIRE', STATE, ttl)
   redis.call('PEXPIRE', PROBES, ttl)
+  gate(b, ttl)
 end
 
 local function move(b, to, reason, now)

@@ -3,7 +3,8 @@ prometheus-client).
 
 ``cli`` is the ``toolexec`` command (worker, call, tools, demo, embedded, and the
 commands below), ``cli_support`` how each of them reports an unreachable server,
-``worker_check`` the worker's start-up check of Redis and the broker; ``status``,
+``worker_check`` the worker's start-up check of Redis and the broker, ``pool_default``
+the pool and slots a worker runs when none was configured; ``status``,
 ``faults_cli`` and ``services_cli`` (Flower, the embedded Valkey in the foreground) are
 its operator commands, ``metrics`` and ``telemetry`` the worker's Prometheus endpoint
 and log set-up, ``demo`` the scripted tour. Nothing here is needed to declare or call

@@ -17,6 +17,7 @@ from toolexec.breaker.cli import breakers
 from toolexec.errors import InfrastructureError, ToolexecError
 from toolexec.ops.cli_support import EXIT_UNREACHABLE, Unreachable
 from toolexec.ops.faults_cli import faults
+from toolexec.ops.pool_default import choose_pool
 from toolexec.ops.services_cli import flower, serve_embedded
 from toolexec.ops.status import status
 from toolexec.settings import Settings
@@ -87,6 +88,16 @@ def _autoscale_pool(pool: str | None, autoscale: str | None) -> str | None:
     )
 
 
+def _say_once_ready(reason: str) -> None:
+    """Log the pool and why, through the worker's own log set-up (JSON lines stay JSON)."""
+    from celery.signals import worker_ready
+
+    def say(**_: Any) -> None:
+        logging.getLogger("toolexec.worker").info("pool: %s", reason)
+
+    worker_ready.connect(say, weak=False)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="toolexec", prog_name="toolexec", message="%(prog)s %(version)s")
 def cli() -> None:
@@ -130,7 +141,9 @@ def _say_what_it_serves(modules: list[str]) -> None:
 )
 @click.option("--queues", "-Q", default="", help="Queues to consume (default: every tool's queue).")
 @click.option("--concurrency", "-c", type=int, default=None, help="Calls in parallel.")
-@click.option("--pool", "-P", default=None, help="threads (default), prefork, gevent, solo.")
+@click.option(
+    "--pool", "-P", default=None, help="threads (default, says why), prefork, gevent, solo."
+)
 @click.option("--autoscale", default=None, help="MAX,MIN processes (implies the prefork pool).")
 @click.option("--hostname", "-n", default=None, help="Worker name (default: unique per process).")
 @click.option(
@@ -176,7 +189,17 @@ def worker(
     from toolexec.ops import telemetry
 
     metrics_port = metrics_port or settings.metrics_port
-    telemetry.prepare(pool or settings.worker_pool, metrics_port)
+    explicit = settings.model_fields_set
+    choice = choose_pool(
+        os.cpu_count() or 1,
+        pool or (settings.worker_pool if "worker_pool" in explicit else None),
+        concurrency
+        or (settings.worker_concurrency if "worker_concurrency" in explicit else None),
+        settings.worker_concurrency,
+    )
+    if not autoscale:
+        _say_once_ready(choice.reason)
+    telemetry.prepare(choice.pool, metrics_port)
     import toolexec.tasks  # noqa: F401  (binds every registered tool to a Celery task)
 
     _say_what_it_serves(_import_tools(settings.tools))
@@ -192,14 +215,14 @@ def worker(
         "-Q",
         wanted,
         "-P",
-        pool or settings.worker_pool,
+        choice.pool,
         "-n",
         hostname or f"toolexec-{os.getpid()}@%h",
     ]
     if autoscale:
         argv += ["--autoscale", autoscale]
     else:
-        argv += ["-c", str(concurrency or settings.worker_concurrency)]
+        argv += ["-c", str(choice.concurrency)]
     if settings.task_events:
         argv.append("-E")
     app.worker_main([*telemetry.start(settings, metrics_port), *argv])
