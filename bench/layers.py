@@ -41,7 +41,8 @@ from toolexec.observe import CallObservers
 from toolexec.ops.metrics import Metrics
 from toolexec.payloads import Offloader, open_store
 from toolexec.payloads.offload import PayloadLayer
-from toolexec.ratelimit import RateLimiter, RateLimitLayer, RateLimitPolicy
+from toolexec.policies import RateLimitPolicy
+from toolexec.ratelimit import RateLimiter, RateLimitLayer
 from toolexec.registry import Registry, ToolSpec, tool
 from toolexec.results import ToolResult
 from toolexec.retry_budget import RetryBudget, RetryBudgetLayer

@@ -8,9 +8,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
-from toolexec.breaker import BreakerPolicy, BreakerState, CircuitBreaker
+from toolexec.breaker import BreakerState, CircuitBreaker
 from toolexec.breaker.gate import SKEW_MARGIN_S, BreakerGate, GateVerdict, gate_verdict
 from toolexec.keys import Keys
+from toolexec.policies import BreakerPolicy
 
 
 @pytest.mark.parametrize(
