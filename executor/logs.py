@@ -7,6 +7,10 @@ follow one agent run across workers with one query. ``toolexec worker``
 installs the formatter on the handlers Celery sets up, so Celery's own lines
 (received, succeeded, retry) become JSON too.
 
+A line logged while a span is current (an attempt, when ``OTEL_*`` turns
+tracing on) carries its ``trace_id`` and ``span_id``, so logs, metrics
+(exemplars) and traces join on one id.
+
 Whatever the format, the worker never logs a message's body: at DEBUG
 Celery's pool would print each message it runs (up to 1024 characters of
 headers and body), and a body holds the call's arguments, secrets included.
@@ -22,6 +26,7 @@ from typing import Any
 from celery import signals
 
 from toolexec.results import ToolResult
+from toolexec.tracing import current_ids
 
 __all__ = ["JsonFormatter", "NoMessageBodies", "call_fields", "install"]
 
@@ -65,6 +70,9 @@ class JsonFormatter(logging.Formatter):
             value = getattr(record, name, None)
             if value not in (None, "???"):
                 line[name] = value
+        ids = current_ids()  # formatted on the thread that logged, inside its span
+        if ids is not None:
+            line["trace_id"], line["span_id"] = ids
         fields = getattr(record, FIELDS, None)
         if isinstance(fields, dict):
             line.update(fields)

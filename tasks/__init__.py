@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from celery import signals
 
+from toolexec import tracing
 from toolexec.app import app
 from toolexec.registry import default_registry
 from toolexec.tasks import http, lease_sweeper
@@ -40,3 +41,5 @@ signals.worker_shutting_down.connect(on_worker_shutting_down, weak=False)
 signals.worker_shutdown.connect(on_worker_shutting_down, weak=False)
 # hands calls of a worker that died on to live ones (toolexec.idempotency)
 signals.worker_ready.connect(lease_sweeper.on_worker_ready, weak=False)
+# a span per attempt when OTEL_* asks for traces (toolexec.tracing)
+signals.worker_init.connect(tracing.on_worker_init, weak=False)

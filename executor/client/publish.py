@@ -11,10 +11,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kombu.exceptions import BatchPublishError, OperationalError
+from opentelemetry.trace import Span
 
 from toolexec.client.prepare import PreparedCall
 from toolexec.errors import BrokerUnavailableError
 from toolexec.redaction import shown_kwargs
+from toolexec.tracing import inject_headers
 
 if TYPE_CHECKING:  # the client imports Celery only when it builds its app
     from celery import Celery
@@ -27,28 +29,37 @@ __all__ = ["publish"]
 _PUBLISH_BATCH = 512
 
 
-def publish(app: Celery, batch: Sequence[PreparedCall]) -> None:
+def publish(
+    app: Celery, batch: Sequence[PreparedCall], spans: Sequence[Span] | None = None
+) -> None:
     """Send every call that passed the checks; the rest already have their result.
 
     kombu's publish batch buffers each message's Redis commands (the queue push,
     the task-sent event) and sends them ``_PUBLISH_BATCH`` at a time: one round
-    trip per batch instead of two per call.
+    trip per batch instead of two per call. ``spans`` are the calls' client spans
+    (:func:`toolexec.tracing.start_call`), whose W3C context goes into each
+    message's headers.
     """
-    todo = [p for p in batch if p.early is None]
+    shown: Sequence[Span | None] = spans if spans is not None else [None] * len(batch)
+    todo = [(p, s) for p, s in zip(batch, shown, strict=True) if p.early is None]
     if not todo:
         return
     try:
         with app.producer_or_acquire() as producer, producer.batch(max_size=_PUBLISH_BATCH):
-            for p in todo:
+            for p, span in todo:
                 kwargs = {"arguments": p.arguments, "context": p.ctx.to_json()}
+                task = p.task or f"tools.{p.ctx.tool}"
                 app.send_task(
-                    p.task or f"tools.{p.ctx.tool}",
+                    task,
                     kwargs=kwargs,
                     kwargsrepr=shown_kwargs(kwargs, p.secrets),
                     task_id=p.ctx.call_id,
                     queue=p.queue,
                     producer=producer,
                     ignore_result=True,
+                    headers=None
+                    if span is None
+                    else inject_headers(span, p.queue, p.ctx.call_id, task),
                 )
     except BatchPublishError as exc:
         cause = exc.__cause__ or exc

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
+
+from opentelemetry.trace import Span
 
 from toolexec import catalog
 from toolexec.adapters import Format, arun_round, run_round
@@ -35,6 +38,7 @@ from toolexec.payloads import PayloadPage
 from toolexec.policies import RunBudget
 from toolexec.results import PayloadRef, ToolResult
 from toolexec.settings import Settings
+from toolexec.tracing import configure, end_call, start_call
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -45,10 +49,11 @@ __all__ = ["CallHandle", "ToolClient"]
 class CallHandle:
     """A submitted call; :meth:`result` waits for it, at most until its deadline."""
 
-    def __init__(self, waiter: ReplyWaiter, prepared: PreparedCall) -> None:
+    def __init__(self, waiter: ReplyWaiter, prepared: PreparedCall, span: Span) -> None:
         self._waiter = waiter
         self._prepared = prepared
-        self._result = prepared.early
+        self._span = span
+        self._result: ToolResult | None = None
         self._lock = threading.Lock()
 
     @property
@@ -59,7 +64,8 @@ class CallHandle:
         """The call's result; past ``timeout`` (or the deadline) a ``deadline_exceeded`` one."""
         with self._lock:
             if self._result is None:
-                self._result = self._waiter.collect([self._prepared], timeout)[0]
+                found = self._prepared.early or self._waiter.collect([self._prepared], timeout)[0]
+                self._result = _ended([self._span], [found])[0]
             return self._result
 
 
@@ -74,6 +80,7 @@ class ToolClient:
         clock: Clock | None = None,
     ) -> None:
         self.settings = settings or Settings.from_env()
+        configure("toolexec-client")  # only when OTEL_* asks for traces, and only once
         self._url = redis_url(self.settings)
         self.redis = redis_client(self._url)
         self.keys = Keys(self.settings.key_prefix)
@@ -175,11 +182,13 @@ class ToolClient:
         idempotency_key: str | None = None,
     ) -> CallHandle:
         """Enqueue a call and return at once with a handle to its result."""
+        start_ns = time.time_ns()
         prepared = self.preparer.prepare(
             tool, arguments, run_id, timeout, call_id, None, idempotency_key=idempotency_key
         )
-        publish(self.app, [prepared])
-        return CallHandle(self.waiter, prepared)
+        spans = _started([prepared], start_ns)
+        publish(self.app, [prepared], spans)
+        return CallHandle(self.waiter, prepared, spans[0])
 
     def call_many(
         self,
@@ -189,9 +198,11 @@ class ToolClient:
         timeout: float | None = None,
     ) -> list[ToolResult]:
         """Run independent calls in parallel; results come back in the calls' order."""
+        start_ns = time.time_ns()
         batch = self.preparer.prepare_many(calls, run_id, timeout)
-        publish(self.app, batch)
-        return self.waiter.collect(batch, None)
+        spans = _started(batch, start_ns)
+        publish(self.app, batch, spans)
+        return _ended(spans, self.waiter.collect(batch, None))
 
     async def acall(
         self,
@@ -204,11 +215,13 @@ class ToolClient:
         idempotency_key: str | None = None,
     ) -> ToolResult:
         """The asyncio form of :meth:`call`; waiting does not hold a thread."""
+        start_ns = time.time_ns()
         prepared = await asyncio.to_thread(
             self.preparer.prepare, tool, arguments, run_id, timeout, call_id, None, idempotency_key
         )
-        await asyncio.to_thread(publish, self.app, [prepared])
-        return (await self.waiter.acollect([prepared]))[0]
+        spans = _started([prepared], start_ns)
+        await asyncio.to_thread(publish, self.app, [prepared], spans)
+        return _ended(spans, await self.waiter.acollect([prepared]))[0]
 
     async def acall_many(
         self,
@@ -218,9 +231,11 @@ class ToolClient:
         timeout: float | None = None,
     ) -> list[ToolResult]:
         """The asyncio form of :meth:`call_many`."""
+        start_ns = time.time_ns()
         batch = await asyncio.to_thread(self.preparer.prepare_many, list(calls), run_id, timeout)
-        await asyncio.to_thread(publish, self.app, batch)
-        return await self.waiter.acollect(batch)
+        spans = _started(batch, start_ns)
+        await asyncio.to_thread(publish, self.app, batch, spans)
+        return _ended(spans, await self.waiter.acollect(batch))
 
     # -- a model's tool calls, under the run guard ---------------------------
 
@@ -289,6 +304,21 @@ class ToolClient:
         preview; ``page.next_offset`` says where to read on.
         """
         return self.payloads.read(ref, offset, limit)
+
+
+def _started(batch: Sequence[PreparedCall], start_ns: int) -> list[Span]:
+    """A client span per call, begun when the caller asked (before the checks)."""
+    return [
+        start_call(p.ctx.tool, p.ctx.call_id, p.ctx.run_id, p.ctx.deadline, p.queue, start_ns)
+        for p in batch
+    ]
+
+
+def _ended(spans: Sequence[Span], results: list[ToolResult]) -> list[ToolResult]:
+    for span, result in zip(spans, results, strict=True):
+        error = None if result.error is None else str(result.error.type)
+        end_call(span, result.status, error, result.attempts)
+    return results
 
 
 def _create_app(settings: Settings) -> Celery:

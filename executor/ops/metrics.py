@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -32,10 +32,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from toolexec.breaker import BreakerState, CircuitBreaker, Transition
+from toolexec.tracing import trace_exemplar
 
 __all__ = [
     "BreakerCollector",
     "Metrics",
+    "QueueDepthCollector",
     "metrics",
     "multiprocess_dir",
     "record_fallback",
@@ -126,6 +128,18 @@ class Metrics:
             ["tool", "kind"],
             registry=r,
         )
+        self.budget_spent = Counter(
+            "toolexec_retry_budget_spent",
+            "Retries the fleet's retry budget let through (each one spends from it).",
+            ["tool"],
+            registry=r,
+        )
+        self.budget_refused = Counter(
+            "toolexec_retry_budget_refused",
+            "Retries the retry budget refused: the call ended retry_budget_exhausted.",
+            ["tool"],
+            registry=r,
+        )
         self._starts: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
 
@@ -141,13 +155,17 @@ class Metrics:
     def retrying(self, tool: str, call_id: str, attempt: int, error_type: str) -> None:
         self._ended(tool, call_id, attempt, counted=True)
         self.retries.labels(tool, error_type).inc()
+        self.budget_spent.labels(tool).inc()
 
     def finished(
         self, tool: str, call_id: str, attempt: int, error_type: str | None, elapsed_s: float
     ) -> None:
         self._ended(tool, call_id, attempt, counted=True)
         self.calls.labels(tool, error_type or "ok").inc()
-        self.call_seconds.labels(tool).observe(elapsed_s)
+        if error_type == "retry_budget_exhausted":
+            self.budget_refused.labels(tool).inc()
+        # OpenMetrics exemplar: from a slow bucket straight to the trace of a slow call
+        self.call_seconds.labels(tool).observe(elapsed_s, exemplar=trace_exemplar())
 
     def withdrawn(self, tool: str, call_id: str, attempt: int) -> None:
         self._ended(tool, call_id, attempt, counted=False)
@@ -221,7 +239,43 @@ class BreakerCollector:
         yield family
 
 
-def serve(port: int, addr: str, breakers: CircuitBreaker | None = None) -> Any:
+class QueueDepthCollector:
+    """``toolexec_queue_depth{queue}``: messages waiting in each tool queue, read on scrape.
+
+    Read from the broker when Prometheus scrapes, like ``toolexec status`` does,
+    so every worker reports the same fleet-wide depth; a broker that does not
+    answer leaves the series out rather than failing the page.
+    """
+
+    def __init__(self, depths: Callable[[], Mapping[str, int | None]]) -> None:
+        self.depths = depths
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "toolexec_queue_depth",
+            "Messages waiting in each tool queue (not yet delivered to a worker).",
+            labels=["queue"],
+        )
+        try:
+            depths = dict(self.depths())
+        except Exception as exc:  # never fail a scrape over one source
+            log.warning("queue depths left out of /metrics: %s", exc)
+            depths = {}
+        for name, count in sorted(depths.items()):
+            if count is not None:
+                family.add_metric([name], float(count))
+        yield family
+
+
+def serve(
+    port: int,
+    addr: str,
+    breakers: CircuitBreaker | None = None,
+    depths: Callable[[], Mapping[str, int | None]] | None = None,
+) -> Any:
     """Serve ``/metrics`` on ``addr:port`` from a daemon thread; returns the server.
 
     In multiprocess mode the page is the sum of every process's files;
@@ -235,5 +289,7 @@ def serve(port: int, addr: str, breakers: CircuitBreaker | None = None) -> Any:
         registry = metrics().registry
     if breakers is not None:
         registry.register(BreakerCollector(breakers))
+    if depths is not None:
+        registry.register(QueueDepthCollector(depths))
     server, _ = start_http_server(port, addr=addr, registry=registry)
     return server

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 from celery import signals
@@ -68,7 +69,7 @@ def _serve(settings: Settings, metrics_port: int) -> None:
 
     breakers = CircuitBreaker(fail_fast_client(redis_url(settings)), Keys(settings.key_prefix))
     try:
-        serve(metrics_port, settings.metrics_address, breakers)
+        serve(metrics_port, settings.metrics_address, breakers, queue_depths(settings))
     except OSError as exc:
         from toolexec.errors import ConfigurationError
 
@@ -82,3 +83,26 @@ def _serve(settings: Settings, metrics_port: int) -> None:
         log.info("Prometheus metrics on %s", where)
 
     signals.worker_ready.connect(announce, weak=False)
+
+
+def queue_depths(settings: Settings) -> Callable[[], dict[str, int | None]]:
+    """What ``toolexec_queue_depth`` reads on each scrape: every published tool's queue."""
+    from toolexec import catalog
+    from toolexec.connection import fail_fast_client, redis_url
+    from toolexec.keys import Keys
+    from toolexec.ops.status import amqp_depths, queue_names, redis_depths
+
+    url = redis_url(settings)
+    client = fail_fast_client(url)
+    keys = Keys(settings.key_prefix)
+    broker = settings.broker_url or url
+    on_rabbitmq = broker.startswith(("amqp://", "amqps://", "pyamqp://"))
+    queues = client if on_rabbitmq or broker == url else fail_fast_client(broker)
+
+    def read() -> dict[str, int | None]:
+        names = queue_names(catalog.read(client, keys), settings.default_queue)
+        if on_rabbitmq:
+            return amqp_depths(broker, names)
+        return dict(redis_depths(queues, names))
+
+    return read

@@ -1,0 +1,441 @@
+"""OpenTelemetry traces of tool calls: client, Celery hop, worker attempts, downstream HTTP.
+
+"Why did this agent step take 9 seconds?" has its answer spread over the
+client's clock, the queue, several workers and the service a tool called; a
+trace joins them on one id. The tree of one call:
+
+* ``toolexec.call <tool>`` (client, child of whatever span the agent's framework
+  has current) with the run id, call id, deadline and outcome;
+* ``send <queue>`` (producer), whose W3C context travels in the Celery message
+  headers (``traceparent``, ``tracestate``);
+* ``execute_tool <tool>`` (consumer) for every attempt on a worker, each a child
+  of the send span, so retries show side by side with their backoff waits as
+  events; a fallback step is a ``toolexec.fallback <tool>`` span beside them;
+* the HTTP client spans of the tool (opentelemetry-instrumentation-httpx), which
+  carry ``traceparent`` to the service called.
+
+Only ``opentelemetry-api`` is a core dependency. Without an SDK configured every
+span is a non-recording no-op, so an agent or worker that does not trace pays
+a few attribute-less calls per call; :func:`configure` installs the SDK
+(``toolexec[otel]``) only when the standard ``OTEL_*`` variables ask for an
+exporter, and leaves a provider the application installed itself alone.
+
+Attributes follow OpenTelemetry's GenAI conventions for tool execution
+(``gen_ai.operation.name = execute_tool``, ``gen_ai.tool.name``,
+``gen_ai.tool.call.id``) and the messaging conventions for the hop. No argument
+value is ever an attribute, and the HTTP spans keep query values out of URLs,
+so a secret argument cannot leave the process through a trace.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.propagators.textmap import Getter
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+__all__ = [
+    "CALL_SPAN",
+    "AttemptSpans",
+    "configure",
+    "current_ids",
+    "end_call",
+    "event",
+    "inject_headers",
+    "install_worker_hooks",
+    "on_worker_init",
+    "redacted_url",
+    "start_call",
+    "trace_exemplar",
+]
+
+log = logging.getLogger("toolexec.tracing")
+
+#: The client span's name, before the tool's: ``toolexec.call get_weather``.
+CALL_SPAN = "toolexec.call"
+
+#: Celery is not in the messaging conventions' list of systems; its own name is allowed.
+MESSAGING_SYSTEM = "celery"
+
+_tracer = trace.get_tracer("toolexec")  # a proxy: follows a provider installed later
+_configured = False
+_configure_lock = threading.Lock()
+
+
+def _wanted(environ: Mapping[str, str]) -> bool:
+    """Do the ``OTEL_*`` variables ask for traces to be exported?"""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporters = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if exporters:
+        return exporters != "none"
+    return bool(
+        environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    )
+
+
+def configure(service_name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Install the SDK when ``OTEL_*`` asks for it; True if spans are now exported.
+
+    Sampling (``OTEL_TRACES_SAMPLER``, ``OTEL_TRACES_SAMPLER_ARG``), batching
+    (``OTEL_BSP_*``) and the OTLP endpoint and headers are read by the SDK
+    itself; ``OTEL_TRACES_EXPORTER`` may list ``otlp`` (OTLP/HTTP, protobuf)
+    and ``console``. Safe to call more than once and from any process.
+    """
+    global _configured
+    env = os.environ if environ is None else environ
+    with _configure_lock:
+        if _configured:
+            return True
+        if not _wanted(env):
+            return False
+        if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+            _configured = True  # the application installed its own SDK: ours would fight it
+            return True
+        try:
+            provider = _provider(service_name, env)
+        except ImportError as exc:
+            log.warning(
+                "OTEL_* asks for traces but %s is missing: pip install 'toolexec[otel]'", exc
+            )
+            return False
+        trace.set_tracer_provider(provider)
+        _instrument_httpx()
+        _configured = True
+        return True
+
+
+def _provider(service_name: str, env: Mapping[str, str]) -> Any:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or service_name})
+    provider = TracerProvider(resource=resource)
+    for exporter in _exporters(env):
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
+
+
+def _exporters(env: Mapping[str, str]) -> list[Any]:
+    names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",")]
+    out: list[Any] = []
+    for name in filter(None, names):
+        if name == "otlp":
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            out.append(OTLPSpanExporter())
+        elif name == "console":
+            from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+            out.append(ConsoleSpanExporter())
+        elif name != "none":
+            log.warning("OTEL_TRACES_EXPORTER=%s is not supported here (otlp, console)", name)
+    return out
+
+
+def _instrument_httpx() -> None:
+    """Every httpx client (``http_request``'s and the tools' own) sends ``traceparent``."""
+    try:
+        from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+    except ImportError:
+        return
+    instrumentor = HTTPXClientInstrumentor()
+    if not instrumentor.is_instrumented_by_opentelemetry:
+        instrumentor.instrument(request_hook=_redact_request_span)
+
+
+def redacted_url(url: str) -> str:
+    """``url`` without credentials or query values: a model may put an API key in either."""
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if parts.port is not None:
+        netloc = f"{netloc}:{parts.port}"
+    query = "&".join(f"{pair.split('=', 1)[0]}=REDACTED" for pair in parts.query.split("&") if pair)
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def _redact_request_span(span: Span, request: Any) -> None:
+    if span.is_recording():
+        shown = redacted_url(str(request[1] if isinstance(request, tuple) else request.url))
+        span.set_attribute("url.full", shown)
+        span.set_attribute("http.url", shown)
+
+
+# -- the client: one span per call, its context in the message headers ----------
+
+
+def start_call(
+    tool: str,
+    call_id: str,
+    run_id: str | None,
+    deadline: float,
+    queue: str | None,
+    start_ns: int | None = None,
+) -> Span:
+    """The span of one call in the agent's process: a child of the span current there."""
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.id": call_id,
+        "toolexec.deadline": deadline,
+    }
+    if run_id is not None:
+        attributes["toolexec.run_id"] = run_id
+    if queue is not None:
+        attributes["messaging.destination.name"] = queue
+    return _tracer.start_span(
+        f"{CALL_SPAN} {tool}", kind=SpanKind.CLIENT, attributes=attributes, start_time=start_ns
+    )
+
+
+def end_call(span: Span, status: str, error_type: str | None, attempts: int) -> None:
+    """Record a call's outcome on its client span and end it."""
+    if span.is_recording():
+        span.set_attribute("toolexec.status", status)
+        span.set_attribute("toolexec.attempts", attempts)
+        if error_type is not None:
+            span.set_attribute("error.type", error_type)
+            span.set_status(Status(StatusCode.ERROR, error_type))
+    span.end()
+
+
+def inject_headers(call: Span, queue: str | None, task_id: str, task_name: str) -> dict[str, str]:
+    """The headers of one message: a producer span's W3C context (empty when not tracing).
+
+    An unsampled call still passes its context on, so that the worker does not
+    start a trace of its own for it.
+    """
+    carrier: dict[str, str] = {}
+    parent = trace.set_span_in_context(call)
+    if not call.is_recording():
+        if call.get_span_context().is_valid:
+            propagate.inject(carrier, context=parent)
+        return carrier
+    with _tracer.start_as_current_span(
+        context=parent,
+        name=f"send {queue or 'default'}",
+        kind=SpanKind.PRODUCER,
+        attributes={
+            "messaging.system": MESSAGING_SYSTEM,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
+            "messaging.destination.name": queue or "",
+            "messaging.message.id": task_id,
+            "celery.task.name": task_name,
+        },
+    ):
+        propagate.inject(carrier)
+    return carrier
+
+
+# -- the worker: one span per attempt, from Celery's signals ---------------------
+
+
+class _RequestGetter(Getter[Any]):
+    """Reads trace headers from a Celery request: custom headers become its attributes."""
+
+    def get(self, carrier: Any, key: str) -> list[str] | None:
+        value = getattr(carrier, key, None)
+        if value is None and isinstance(getattr(carrier, "headers", None), dict):
+            value = carrier.headers.get(key)
+        return [value] if isinstance(value, str) else None
+
+    def keys(self, carrier: Any) -> list[str]:
+        return []
+
+
+_GETTER = _RequestGetter()
+
+
+@dataclass
+class _Open:
+    span: Span
+    token: object
+    parent: otel_context.Context
+    task_id: str
+
+
+@dataclass
+class _Stack(threading.local):
+    open: list[_Open] = field(default_factory=list)
+
+
+_stack = _Stack()
+
+
+def _is_ours(name: str) -> bool:
+    return name.startswith("tools.") or name == "toolexec.fallback"
+
+
+def _span_name(task_name: str, tool: str) -> str:
+    return f"execute_tool {tool}" if task_name.startswith("tools.") else f"{task_name} {tool}"
+
+
+def _task_started(task_id: str = "", task: Any = None, kwargs: Any = None, **_: Any) -> None:
+    if task is None or not _is_ours(str(task.name)):
+        return
+    request = task.request
+    parent = propagate.extract(request, getter=_GETTER)
+    ctx = (kwargs or {}).get("context") or {}
+    tool = str(ctx.get("tool") or task.name.removeprefix("tools."))
+    number = int(request.retries or 0) + 1 - int(ctx.get("deferrals") or 0)
+    delivery = request.delivery_info or {}
+    span = _tracer.start_span(
+        _span_name(str(task.name), tool),
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.call.id": str(ctx.get("call_id") or task_id),
+            "messaging.system": MESSAGING_SYSTEM,
+            "messaging.operation.type": "process",
+            "messaging.destination.name": str(delivery.get("routing_key") or ""),
+            "messaging.message.id": task_id,
+            "toolexec.attempt": number,
+            "toolexec.run_id": str(ctx.get("run_id") or ""),
+            "celery.task.name": str(task.name),
+        },
+    )
+    token = otel_context.attach(trace.set_span_in_context(span, parent))
+    _stack.open.append(_Open(span, token, parent, task_id))
+
+
+def _task_ended(task_id: str = "", task: Any = None, retval: Any = None, **kw: Any) -> None:
+    if not _stack.open or _stack.open[-1].task_id != task_id:
+        return
+    top = _stack.open.pop()
+    try:
+        _describe_end(top.span, kw.get("state"), retval)
+    finally:
+        top.span.end()
+        otel_context.detach(top.token)  # type: ignore[arg-type]
+
+
+def _describe_end(span: Span, state: Any, retval: Any) -> None:
+    if not span.is_recording():
+        return
+    span.set_attribute("celery.state", str(state))
+    if state == "RETRY":
+        when = getattr(retval, "when", None)
+        delay = float(when) if isinstance(when, int | float) else None
+        reason = getattr(retval, "exc", None)
+        deferred = getattr(getattr(reason, "verdict", None), "error", None) is None
+        event("rate_limit.deferred" if deferred else "backoff", delay_s=delay)
+    elif isinstance(retval, dict) and retval.get("status") == "no_reply":
+        event("idempotency.answered_elsewhere", reason=str(retval.get("reason")))
+    elif isinstance(retval, dict) and "step" in retval:
+        event("fallback.step", step=str(retval["step"]))
+
+
+def _resend_headers(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    """A message a worker sends for a call (a retry, a fallback step) keeps the call's parent.
+
+    Each attempt's span is then a child of the client's send span, not of the
+    attempt before it, so a retried call reads as a row of attempts.
+    """
+    if headers is None or not _stack.open:
+        return
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier, context=_stack.open[-1].parent)
+    headers.update(carrier)
+
+
+_hooks_installed = False
+
+
+def install_worker_hooks() -> None:
+    """Connect the attempt spans to Celery's task signals (once per process)."""
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    from celery import signals
+
+    signals.task_prerun.connect(_task_started, weak=False)
+    signals.task_postrun.connect(_task_ended, weak=False)
+    signals.before_task_publish.connect(_resend_headers, weak=False)
+    _hooks_installed = True
+
+
+def on_worker_init(**_: Any) -> None:
+    """Celery's ``worker_init``: export spans if ``OTEL_*`` asks, and open one per attempt."""
+    if configure("toolexec-worker"):
+        install_worker_hooks()
+
+
+def event(name: str, **attributes: Any) -> None:
+    """An event on the current span (a breaker refusal, an offload...); free when not tracing."""
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event(name, {k: v for k, v in attributes.items() if v is not None})
+
+
+class AttemptSpans:
+    """Observer hooks that describe the current attempt span (see toolexec.observe)."""
+
+    def retrying(self, error_type: str, retryable: bool = True) -> None:
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attribute("error.type", error_type)
+            span.set_attribute("toolexec.retryable", retryable)
+            span.set_attribute("toolexec.outcome", "retry")
+
+    def finished(self, result: Any) -> None:
+        span = trace.get_current_span()
+        if not span.is_recording():
+            return
+        span.set_attribute("toolexec.outcome", str(result.status))
+        span.set_attribute("toolexec.attempts", int(result.attempts))
+        if result.error is not None:
+            kind = str(result.error.type)
+            span.set_attribute("error.type", kind)
+            span.set_attribute("toolexec.retryable", bool(result.error.retryable))
+            span.set_status(Status(StatusCode.ERROR, kind))
+            _refusal_event(kind)
+        for flag, name in (
+            (result.replayed, "idempotency.replayed"),
+            (result.degraded, "fallback.answered"),
+        ):
+            if flag:
+                event(name, source=result.source)
+        if result.payload is not None:
+            event("payload.offloaded", size_bytes=getattr(result.payload, "size", None))
+
+
+_REFUSALS = {
+    "circuit_open": "breaker.refused",
+    "retry_budget_exhausted": "retry_budget.refused",
+    "rate_limited": "rate_limit.refused",
+}
+
+
+def _refusal_event(kind: str) -> None:
+    name = _REFUSALS.get(kind)
+    if name is not None:
+        event(name, error_type=kind)
+
+
+def current_ids() -> tuple[str, str] | None:
+    """(trace id, span id) of the current span in hex, when it is being recorded."""
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return None
+    return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+
+
+def trace_exemplar() -> dict[str, str] | None:
+    """An OpenMetrics exemplar pointing at the current sampled trace, else None."""
+    ctx = trace.get_current_span().get_span_context()
+    if not (ctx.is_valid and ctx.trace_flags.sampled):
+        return None
+    return {"trace_id": format(ctx.trace_id, "032x")}
