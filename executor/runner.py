@@ -11,6 +11,7 @@ Tools should still carry their own I/O timeouts so abandoned threads are rare.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import threading
@@ -50,10 +51,13 @@ class Runner:
 
     def _run_sync(self, func: Callable[..., Any], kwargs: dict[str, Any], limit: float) -> Any:
         outcome = _Outcome()
+        # The body sees the attempt's context vars (its trace span, for the HTTP spans
+        # and traceparent of the tool's own clients), as the async path does by itself.
+        context = contextvars.copy_context()
 
         def target() -> None:
             try:
-                outcome.value = func(**kwargs)
+                outcome.value = context.run(func, **kwargs)
             except BaseException as exc:  # handed to the caller's thread
                 outcome.error = exc
             finally:

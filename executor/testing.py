@@ -54,6 +54,8 @@ class Hit:
     query: str
     at: float
     body: bytes
+    #: Request headers, names lower-cased (``traceparent`` tells which trace called).
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class FlakyServer:
@@ -126,7 +128,8 @@ class FlakyServer:
                 path, _, query = self.path.partition("?")
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
-                server._record(Hit(self.command, path, query, time.time(), body))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                server._record(Hit(self.command, path, query, time.time(), body, headers))
                 reply = server._next(path)
                 if reply.delay:
                     time.sleep(reply.delay)

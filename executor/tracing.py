@@ -263,6 +263,8 @@ class _Open:
     token: object
     parent: otel_context.Context
     task_id: str
+    #: The executor wanted a retry (a re-send without it is a rate-limit deferral).
+    retrying: bool = False
 
 
 @dataclass
@@ -316,22 +318,20 @@ def _task_ended(task_id: str = "", task: Any = None, retval: Any = None, **kw: A
         return
     top = _stack.open.pop()
     try:
-        _describe_end(top.span, kw.get("state"), retval)
+        _describe_end(top, kw.get("state"), retval)
     finally:
         top.span.end()
         otel_context.detach(top.token)  # type: ignore[arg-type]
 
 
-def _describe_end(span: Span, state: Any, retval: Any) -> None:
-    if not span.is_recording():
+def _describe_end(top: _Open, state: Any, retval: Any) -> None:
+    if not top.span.is_recording():
         return
-    span.set_attribute("celery.state", str(state))
-    if state == "RETRY":
+    top.span.set_attribute("celery.state", str(state))
+    if state == "RETRY":  # the message goes back to the queue with a countdown
         when = getattr(retval, "when", None)
         delay = float(when) if isinstance(when, int | float) else None
-        reason = getattr(retval, "exc", None)
-        deferred = getattr(getattr(reason, "verdict", None), "error", None) is None
-        event("rate_limit.deferred" if deferred else "backoff", delay_s=delay)
+        event("backoff" if top.retrying else "rate_limit.deferred", delay_s=delay)
     elif isinstance(retval, dict) and retval.get("status") == "no_reply":
         event("idempotency.answered_elsewhere", reason=str(retval.get("reason")))
     elif isinstance(retval, dict) and "step" in retval:
@@ -384,6 +384,8 @@ class AttemptSpans:
     """Observer hooks that describe the current attempt span (see toolexec.observe)."""
 
     def retrying(self, error_type: str, retryable: bool = True) -> None:
+        if _stack.open:
+            _stack.open[-1].retrying = True
         span = trace.get_current_span()
         if span.is_recording():
             span.set_attribute("error.type", error_type)

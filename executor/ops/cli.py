@@ -20,6 +20,7 @@ from toolexec.ops.faults_cli import faults
 from toolexec.ops.pool_default import choose_pool
 from toolexec.ops.services_cli import flower, serve_embedded
 from toolexec.ops.status import status
+from toolexec.ops.traces_cli import trace, traces
 from toolexec.settings import Settings
 
 __all__ = ["main"]
@@ -301,6 +302,8 @@ cli.add_command(breakers)
 cli.add_command(faults)
 cli.add_command(status)
 cli.add_command(flower)
+cli.add_command(trace)
+cli.add_command(traces)
 embedded.add_command(serve_embedded)
 
 

@@ -1,0 +1,33 @@
+"""Tools of the tracing tests (tests/integration/test_tracing.py), on a worker of their own."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import httpx
+
+from toolexec import tool
+from toolexec.breaker import BreakerPolicy
+from toolexec.fallback import Explain
+from toolexec.redaction import Secret
+
+NO_BREAKER = BreakerPolicy(enabled=False)
+
+
+@tool(timeout=5, max_attempts=4, backoff_base=0.05, backoff_cap=0.1, breaker=NO_BREAKER)
+def tr_fetch(url: str, token: Annotated[str, Secret]) -> httpx.Response:
+    """GET a URL with the tool's own httpx client; 503s are retried by the executor."""
+    with httpx.Client(timeout=5) as client:
+        return client.get(url, headers={"Authorization": f"Bearer {token}"})
+
+
+@tool(
+    timeout=5,
+    max_attempts=1,
+    breaker=NO_BREAKER,
+    fallbacks=[Explain(instead="Say the service is down.")],
+)
+def tr_down(url: str) -> Any:
+    """Fails, so that its fallback chain answers."""
+    with httpx.Client(timeout=5) as client:
+        return client.get(url)
