@@ -98,7 +98,22 @@ def test_an_unknown_option_or_command_would_be_caught() -> None:
 
 
 def test_procfile_runs_the_same_processes_as_compose() -> None:
-    assert set(procfile()) == set(SERVICES) == {"valkey", "worker", "flower"}
+    """The monitoring stack (Prometheus, Grafana) is compose's alone: it has no binaries here."""
+    assert set(procfile()) == {"valkey", "worker", "flower"}
+    assert set(SERVICES) == {"valkey", "worker", "flower", "prometheus", "grafana"}
+
+
+def test_compose_provisions_the_dashboard_from_files_that_exist() -> None:
+    for name in ("prometheus", "grafana"):
+        for volume in SERVICES[name]["volumes"]:
+            source = volume.split(":", 1)[0]
+            if source.startswith("./"):
+                assert (REPO / source).is_file(), volume
+    scrape = yaml.safe_load((REPO / "docs/deploy/prometheus.yml").read_text())
+    (worker_job,) = [j for j in scrape["scrape_configs"] if j["job_name"] == "toolexec-worker"]
+    port = worker_job["dns_sd_configs"][0]["port"]
+    assert str(port) in SERVICES["worker"]["command"]
+    assert SERVICES["worker"]["environment"]["TOOLEXEC_METRICS_ADDRESS"] == "0.0.0.0"
 
 
 def test_valkey_never_evicts_and_persists() -> None:
