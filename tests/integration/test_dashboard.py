@@ -55,7 +55,7 @@ def test_the_dashboard_is_json_grafana_accepts() -> None:
     cells: set[tuple[int, int]] = set()
     for panel in board["panels"]:
         grid = panel["gridPos"]
-        assert 0 <= grid["x"] and grid["x"] + grid["w"] <= 24, panel["title"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
         taken = {
             (x, y)
             for x in range(grid["x"], grid["x"] + grid["w"])
