@@ -1,4 +1,4 @@
-"""What observing calls costs: per-minute Redis counters, Prometheus metrics and JSON logs.
+"""What observing calls costs: Redis counters, Prometheus metrics, JSON logs, and traces.
 
 Two workers on one Redis run the same no-op tool, each on a queue and key
 prefix of its own: one with everything off (``TOOLEXEC_STATS=false``, no
@@ -10,12 +10,24 @@ between them:
 2. a burst of calls with ``call_many``: calls/s and the worker's CPU per call.
 
 Then it times one ``toolexec status`` read and one ``/metrics`` scrape of the
-observed worker. Usage: ``python bench/observability.py [--quick]``.
+observed worker.
+
+Tracing (``toolexec.tracing``) is measured apart, since it is set up per
+process: one worker without ``OTEL_*`` and one exporting OTLP/HTTP to a
+receiver in this process, and an agent process per round
+(``bench/trace_agent.py``) untraced, sampling 10 % (``parentbased_traceidratio``
+0.1, the worker following the agent's decision) or sampling everything, in
+interleaved rounds: sequential round trip p50 of each.
+
+Usage: ``python bench/observability.py [--quick] [--tracing-only]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,6 +51,7 @@ from _common import (
 
 from toolexec.client import ToolClient
 from toolexec.ops.status import gather
+from toolexec.ops.traces import OtlpReceiver
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
 
@@ -86,23 +99,48 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--sequential", type=int, default=400, help="Calls per round.")
     parser.add_argument("--burst", type=int, default=1500, help="Calls per burst.")
+    parser.add_argument(
+        "--tracing-only", action="store_true", help="Only the tracing rows (on vs off)."
+    )
+    parser.add_argument("--trace-rounds", type=int, default=6, help="Rounds of the tracing rows.")
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.sequential, args.burst = 2, 20, 50
+        args.rounds, args.sequential, args.burst, args.trace_rounds = 2, 20, 50, 2
     return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
-    port = _free_port()
     with ExitStack() as stack:
         server = stack.enter_context(redis_server(args.redis_url))
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="toolexec-obs-")))
+        if not args.tracing_only:
+            _counters_metrics_logs(args, server.url, tmp)
+        rows, spans = _tracing(args, server.url, tmp)
+        info = machine_info(server.url)
+    print_report(
+        "Tracing: OpenTelemetry spans on vs off (toolexec.tracing)",
+        rows,
+        info,
+        [
+            "baseline = worker and agent without OTEL_* (no SDK: no-op spans); "
+            "toolexec = OTLP/HTTP export to a loopback receiver, batch span processor",
+            f"{args.trace_rounds} interleaved rounds of {args.sequential} sequential calls; "
+            "a fresh agent process per round; one worker each, threads pool, 16 slots",
+            f"{spans} spans received over OTLP/HTTP",
+        ],
+    )
+    return 0
+
+
+def _counters_metrics_logs(args: argparse.Namespace, url: str, tmp: Path) -> None:
+    port = _free_port()
+    with ExitStack() as stack:
         modes = {
-            "off": ({"TOOLEXEC_STATS": "false"}, run_settings(server.url, tmp, stats=False)),
+            "off": ({"TOOLEXEC_STATS": "false"}, run_settings(url, tmp, stats=False)),
             "on": (
                 {"TOOLEXEC_LOG_FORMAT": "json", "TOOLEXEC_METRICS_PORT": str(port)},
-                run_settings(server.url, tmp),
+                run_settings(url, tmp),
             ),
         }
         workers: dict[str, WorkerProcess] = {}
@@ -121,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             clients[name] = stack.enter_context(ToolClient(settings))
         rows = _measure(args, clients, workers)
         rows += _reads(modes["on"][1], port)
-        info = machine_info(server.url)
+        info = machine_info(url)
     print_report(
         "Observing calls: counters, metrics and JSON logs on vs off",
         rows,
@@ -132,7 +170,95 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.rounds} interleaved rounds; one worker each, threads pool, 16 slots",
         ],
     )
-    return 0
+
+
+def _otel_env(endpoint: str, service: str, ratio: float | None) -> dict[str, str]:
+    env = {
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": endpoint,
+        "OTEL_SERVICE_NAME": service,
+    }
+    if ratio is not None:
+        env |= {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio"}
+        env |= {"OTEL_TRACES_SAMPLER_ARG": str(ratio)}
+    return env
+
+
+def _untraced_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+
+
+def _agent(settings: Settings, otel: dict[str, str], calls: int) -> list[float]:
+    env = {
+        **_untraced_env(),
+        **otel,
+        "TOOLEXEC_REDIS_URL": settings.redis_url or "",
+        "TOOLEXEC_KEY_PREFIX": settings.key_prefix,
+        "TOOLEXEC_DEFAULT_QUEUE": settings.default_queue,
+        "TOOLEXEC_DATA_DIR": str(settings.data_dir),
+    }
+    script = Path(__file__).with_name("trace_agent.py")
+    out = subprocess.run(
+        [sys.executable, str(script), str(calls)], env=env, capture_output=True, check=False
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"the agent failed: {out.stderr.decode()[-2000:]}")
+    samples: list[float] = json.loads(out.stdout)
+    return samples
+
+
+def _tracing(args: argparse.Namespace, url: str, tmp: Path) -> tuple[list[Row], int]:
+    with ExitStack() as stack:
+        receiver = stack.enter_context(OtlpReceiver())
+        untraced = run_settings(url, tmp)
+        traced = run_settings(url, tmp)
+        for settings, env in (
+            (untraced, {}),
+            (traced, _otel_env(receiver.endpoint, "bench-worker", 0.1)),
+        ):
+            stack.enter_context(
+                worker(
+                    settings,
+                    "bench_tools",
+                    concurrency=16,
+                    pool="threads",
+                    log_path=tmp / f"trace-{settings.key_prefix}.log",
+                    env=env,
+                )
+            )
+        agents = {
+            "off": _bound(_agent, untraced, {}, args.sequential),
+            "10%": _bound(
+                _agent, traced, _otel_env(receiver.endpoint, "bench-agent", 0.1), args.sequential
+            ),
+            "100%": _bound(
+                _agent, traced, _otel_env(receiver.endpoint, "bench-agent", 1.0), args.sequential
+            ),
+        }
+        runs = interleave(args.trace_rounds, agents)
+        spans = len(receiver.snapshot())
+    p50 = {name: _p([ms for r in runs[name] for ms in r], 50) for name in runs}  # type: ignore[attr-defined]
+    scenario = f"sequential round trip, {args.trace_rounds * args.sequential} calls"
+    return [
+        Row(
+            scenario,
+            "p50 ms, sampling 10 %",
+            f"{p50['off']:.2f}",
+            f"{p50['10%']:.2f}",
+            p50["10%"] / p50["off"],
+            "<= 1.05x",
+            p50["10%"] / p50["off"] <= 1.05,
+        ),
+        Row(
+            scenario,
+            "p50 ms, sampling 100 %",
+            f"{p50['off']:.2f}",
+            f"{p50['100%']:.2f}",
+            p50["100%"] / p50["off"],
+            "-",
+            None,
+        ),
+    ], spans
 
 
 def _measure(
