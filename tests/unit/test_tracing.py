@@ -1,0 +1,201 @@
+"""toolexec.tracing without a worker: when it turns on, what a span says, ids for logs and metrics.
+
+The SDK is used through providers of the tests' own (never the process-wide
+one), so these tests neither depend on nor change what other tests see.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client import CollectorRegistry
+from prometheus_client.openmetrics.exposition import generate_latest
+
+from toolexec import tracing
+from toolexec.logs import JsonFormatter
+from toolexec.ops.metrics import Metrics
+from toolexec.ops.traces import OtlpReceiver, SpanRecord, render_call
+from toolexec.results import ErrorInfo, ToolResult
+from toolexec.testing import FlakyServer, Reply
+
+
+@pytest.fixture
+def spans() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    provider = TracerProvider(resource=Resource.create({"service.name": "unit"}))
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    provider.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("env", "wanted"),
+    [
+        ({}, False),
+        ({"OTEL_SERVICE_NAME": "x"}, False),  # a name alone exports nothing
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, True),
+        ({"OTEL_TRACES_EXPORTER": "console"}, True),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://h"}, False),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, False),
+    ],
+)
+def test_only_otel_variables_that_ask_for_an_exporter_turn_tracing_on(
+    env: dict[str, str], wanted: bool
+) -> None:
+    assert tracing._wanted(env) is wanted
+
+
+def test_unset_variables_leave_the_no_op_tracer_in_place() -> None:
+    assert tracing.configure("unit", environ={}) is False
+    span = tracing.start_call("t", "c1", None, 0.0, None)
+    assert not span.is_recording()  # nothing is collected or exported
+    assert tracing.inject_headers(span, "q", "c1", "tools.t") == {}
+    tracing.end_call(span, "ok", None, 1)
+
+
+def test_a_client_span_carries_the_call_and_its_outcome(
+    spans: tuple[TracerProvider, InMemorySpanExporter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider, exporter = spans
+    monkeypatch.setattr(tracing, "_tracer", provider.get_tracer("toolexec"))
+    span = tracing.start_call("get_weather", "c1", "r1", 1234.5, "tools")
+    headers = tracing.inject_headers(span, "tools", "c1", "tools.get_weather")
+    tracing.end_call(span, "error", "timeout", 3)
+
+    send, call = exporter.get_finished_spans()
+    assert call.name == "toolexec.call get_weather"
+    assert dict(call.attributes or {}) == {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "get_weather",
+        "gen_ai.tool.call.id": "c1",
+        "toolexec.deadline": 1234.5,
+        "toolexec.run_id": "r1",
+        "messaging.destination.name": "tools",
+        "toolexec.status": "error",
+        "toolexec.attempts": 3,
+        "error.type": "timeout",
+    }
+    assert call.status.status_code.name == "ERROR"
+    assert send.name == "send tools" and send.parent is not None
+    assert send.parent.span_id == call.context.span_id
+    _, trace_id, parent_id, _ = headers["traceparent"].split("-")
+    assert (trace_id, parent_id) == (
+        format(call.context.trace_id, "032x"),
+        format(send.context.span_id, "016x"),
+    )
+
+
+def test_an_unsampled_call_still_passes_its_context_on() -> None:
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    span = provider.get_tracer("t").start_span("call")
+    headers = tracing.inject_headers(span, "q", "c1", "tools.t")
+    flags = int(headers["traceparent"].rsplit("-", 1)[1], 16)
+    assert flags & 1 == 0  # not sampled: the worker will not sample it either
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "https://api.example/v1?api_key=s3cr3t&q=x",
+            "https://api.example/v1?api_key=REDACTED&q=REDACTED",
+        ),
+        ("https://user:pw@api.example:8443/p", "https://api.example:8443/p"),
+        ("http://h/p", "http://h/p"),
+    ],
+)
+def test_urls_on_spans_lose_credentials_and_query_values(url: str, shown: str) -> None:
+    assert tracing.redacted_url(url) == shown
+
+
+def test_httpx_spans_never_show_a_secret_query_or_header(
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = spans
+    secret = "sk-live-0123456789"
+    with FlakyServer() as server, httpx.Client() as client:
+        url = server.script("/x", Reply(200))
+        HTTPXClientInstrumentor.instrument_client(
+            client, tracer_provider=provider, request_hook=tracing._redact_request_span
+        )
+        client.get(url, params={"api_key": secret}, headers={"Authorization": f"Bearer {secret}"})
+        (hit,) = server.hits("/x")
+    (span,) = exporter.get_finished_spans()
+    assert secret in hit.query  # the service got it; the span must not
+    assert secret not in span.to_json()
+    assert str((span.attributes or {})["url.full"]).endswith("/x?api_key=REDACTED")
+
+
+def test_log_lines_and_exemplars_carry_the_current_trace(
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, _ = spans
+    record = logging.LogRecord("toolexec.worker", logging.INFO, __file__, 1, "hi", (), None)
+    assert "trace_id" not in json.loads(JsonFormatter().format(record))
+    metrics = Metrics(CollectorRegistry())
+    with provider.get_tracer("t").start_as_current_span("attempt") as span:
+        line = json.loads(JsonFormatter().format(record))
+        metrics.finished("fetch", "c1", 1, None, 0.2)
+    trace_id = format(span.get_span_context().trace_id, "032x")
+    assert line["trace_id"] == trace_id
+    assert line["span_id"] == format(span.get_span_context().span_id, "016x")
+    page = generate_latest(metrics.registry).decode()
+    (bucket,) = [x for x in page.splitlines() if 'le="0.25"' in x and "call_duration" in x]
+    assert f'# {{trace_id="{trace_id}"}} 0.2' in bucket
+
+
+def test_the_otlp_exporter_reaches_the_receiver_and_the_tree_prints(
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, _ = spans
+    with OtlpReceiver() as receiver:
+        provider.add_span_processor(
+            SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.endpoint))
+        )
+        tracer = provider.get_tracer("t")
+        with tracer.start_as_current_span(
+            "toolexec.call f", attributes={"gen_ai.tool.call.id": "c9"}
+        ), tracer.start_as_current_span("execute_tool f") as attempt:
+            attempt.set_attribute("toolexec.attempt", 1)
+            attempt.add_event("backoff", {"delay_s": 0.5})
+        received = receiver.snapshot()
+    assert [s.name for s in received] == ["execute_tool f", "toolexec.call f"]
+    assert {s.service for s in received} == {"unit"}
+    assert received[0].events[0]["attributes"] == {"delay_s": 0.5}
+    tree = render_call(received, "c9").splitlines()
+    assert tree[0].startswith("toolexec.call f [internal, unit]")
+    assert tree[1].startswith("└─ execute_tool f") and "toolexec.attempt=1" in tree[1]
+    assert "backoff delay_s=0.5" in tree[2]
+    assert render_call(received, "other") == "no span of call other was received"
+    assert SpanRecord.from_json(received[0].to_json()) == received[0]
+
+
+def test_an_attempt_span_says_how_the_call_ended(
+    spans: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = spans
+    result = ToolResult(
+        status="error",
+        tool="f",
+        call_id="c1",
+        error=ErrorInfo(type="circuit_open", message="open", retryable=True),
+        attempts=1,
+    )
+    with provider.get_tracer("t").start_as_current_span("execute_tool f"):
+        tracing.AttemptSpans().finished(result)
+    (span,) = exporter.get_finished_spans()
+    assert (span.attributes or {})["error.type"] == "circuit_open"
+    assert [e.name for e in span.events] == ["breaker.refused"]
