@@ -6,7 +6,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-redis lint bench bench-perf clean test-rabbitmq test-e2e screenshot browser honcho
+.PHONY: demo test test-redis lint bench bench-perf clean test-rabbitmq test-e2e screenshot browser \
+	honcho dashboard-preview
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +54,13 @@ test-e2e: $(STAMP)
 # Re-make docs/flower-tasks.png (the README's screenshot) with the browser test.
 screenshot: $(STAMP)
 	TOOLEXEC_UPDATE_DOCS=1 $(BIN)/pytest tests/e2e -k tasks_page
+
+# Re-make docs/dashboard-preview.png: the Grafana dashboard's queries on a real Prometheus
+# (Debian's package) scraping a real worker under load, drawn with matplotlib.
+dashboard-preview: $(STAMP)
+	command -v prometheus >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus)
+	$(BIN)/pip install --quiet -e '.[preview]'
+	$(BIN)/python docs/deploy/preview/render.py
 
 # The Procfile's processes (Valkey, a worker, Flower) with honcho, on loopback. The
 # worker serves TOOLEXEC_TOOLS (e.g. TOOLEXEC_TOOLS=mytools make honcho), else only the

@@ -222,8 +222,12 @@ def _lines(children: dict[str, list[SpanRecord]], parent: str, pad: str, t0: int
         yield from _lines(children, span.span_id, inner, t0)
 
 
+def _shown(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
 def _describe(span: SpanRecord, t0: int) -> str:
-    shown = " ".join(f"{k}={span.attributes[k]}" for k in _SHOWN if k in span.attributes)
+    shown = " ".join(f"{k}={_shown(span.attributes[k])}" for k in _SHOWN if k in span.attributes)
     status = " ERROR" if span.status == "error" else ""
     return (
         f"{span.name} [{span.kind}, {span.service}] +{(span.start_ns - t0) / 1e6:.1f} ms "
@@ -232,5 +236,5 @@ def _describe(span: SpanRecord, t0: int) -> str:
 
 
 def _event(event: dict[str, Any]) -> str:
-    attrs = " ".join(f"{k}={v}" for k, v in event["attributes"].items())
+    attrs = " ".join(f"{k}={_shown(v)}" for k, v in event["attributes"].items())
     return f"{event['name']} {attrs}".rstrip()
