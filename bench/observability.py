@@ -125,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         [
             "baseline = worker and agent without OTEL_* (no SDK: no-op spans); "
             "toolexec = OTLP/HTTP export to a loopback receiver, batch span processor",
+            "A/A = the same untraced setup on a second worker: how far two identical "
+            "workers differ here, the noise a ratio must clear",
             f"{args.trace_rounds} interleaved rounds of {args.sequential} sequential calls; "
             "a fresh agent process per round; one worker each, threads pool, 16 slots",
             f"{spans} spans received over OTLP/HTTP",
@@ -211,9 +213,11 @@ def _tracing(args: argparse.Namespace, url: str, tmp: Path) -> tuple[list[Row], 
     with ExitStack() as stack:
         receiver = stack.enter_context(OtlpReceiver())
         untraced = run_settings(url, tmp)
+        control = run_settings(url, tmp)  # a second untraced worker: the noise floor
         traced = run_settings(url, tmp)
         for settings, env in (
             (untraced, {}),
+            (control, {}),
             (traced, _otel_env(receiver.endpoint, "bench-worker", 0.1)),
         ):
             stack.enter_context(
@@ -228,6 +232,7 @@ def _tracing(args: argparse.Namespace, url: str, tmp: Path) -> tuple[list[Row], 
             )
         agents = {
             "off": _bound(_agent, untraced, {}, args.sequential),
+            "off-b": _bound(_agent, control, {}, args.sequential),
             "10%": _bound(
                 _agent, traced, _otel_env(receiver.endpoint, "bench-agent", 0.1), args.sequential
             ),

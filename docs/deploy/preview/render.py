@@ -97,7 +97,7 @@ def _script(server: FlakyServer, rng: random.Random) -> dict[str, str]:
         for _ in range(20000)
     ]
     inventory = (
-        [Reply(200, delay=0.01)] * 300 + [Reply(500)] * 120 + [Reply(200, delay=0.01)] * 20000
+        [Reply(200, delay=0.01)] * 100 + [Reply(500)] * 150 + [Reply(200, delay=0.01)] * 20000
     )
     return {
         "search": server.script("/search", *search),
