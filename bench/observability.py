@@ -247,6 +247,15 @@ def _tracing(args: argparse.Namespace, url: str, tmp: Path) -> tuple[list[Row], 
     return [
         Row(
             scenario,
+            "p50 ms, untraced again (A/A)",
+            f"{p50['off']:.2f}",
+            f"{p50['off-b']:.2f}",
+            p50["off-b"] / p50["off"],
+            "-",
+            None,
+        ),
+        Row(
+            scenario,
             "p50 ms, sampling 10 %",
             f"{p50['off']:.2f}",
             f"{p50['10%']:.2f}",

@@ -37,3 +37,11 @@ def test_publish_benchmark_compares_the_old_and_new_sending() -> None:
     """Given a tiny run, when `bench/publish.py` runs, then both ways are in the table."""
     stdout = run_bench("publish.py", "--calls", "20", "--rounds", "1")
     assert "| send 20 calls, wall ms |" in stdout
+
+
+def test_quick_observability_benchmark_reports_tracing_on_and_off(redis_url: str) -> None:
+    """`bench/observability.py --quick --tracing-only` runs agents traced and untraced."""
+    stdout = run_bench("observability.py", "--quick", "--tracing-only", "--redis-url", redis_url)
+    assert "p50 ms, sampling 10 %" in stdout and "p50 ms, untraced again (A/A)" in stdout
+    spans = int(stdout.split(" spans received over OTLP/HTTP")[0].rsplit("- ", 1)[1])
+    assert spans > 0  # the traced agents and worker did export
