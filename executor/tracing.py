@@ -346,8 +346,12 @@ def _resend_headers(headers: dict[str, Any] | None = None, **_: Any) -> None:
     """
     if headers is None or not _stack.open:
         return
+    top = _stack.open[-1]
+    parent = top.parent
+    if not trace.get_current_span(parent).get_span_context().is_valid:
+        parent = trace.set_span_in_context(top.span)  # untraced caller: chain to this attempt
     carrier: dict[str, str] = {}
-    propagate.inject(carrier, context=_stack.open[-1].parent)
+    propagate.inject(carrier, context=parent)
     headers.update(carrier)
 
 
@@ -411,7 +415,7 @@ class AttemptSpans:
             if flag:
                 event(name, source=result.source)
         if result.payload is not None:
-            event("payload.offloaded", size_bytes=getattr(result.payload, "size", None))
+            event("payload.offloaded", size_bytes=result.payload.size_bytes)
 
 
 _REFUSALS = {

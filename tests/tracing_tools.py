@@ -31,3 +31,15 @@ def tr_down(url: str) -> Any:
     """Fails, so that its fallback chain answers."""
     with httpx.Client(timeout=5) as client:
         return client.get(url)
+
+
+@tool(timeout=5, max_attempts=1, side_effects=True, breaker=NO_BREAKER)
+def tr_write(order: str) -> dict[str, Any]:
+    """A write: a repeat with the same idempotency key is answered from its record."""
+    return {"order": order, "written": True}
+
+
+@tool(timeout=5, max_attempts=1, breaker=NO_BREAKER, payload_threshold_bytes=1024)
+def tr_big(size: int) -> str:
+    """A result past its 1 KB threshold: stored and passed by reference."""
+    return "x" * size

@@ -306,3 +306,29 @@ def test_the_latency_histogram_carries_trace_exemplars(
     page = urllib.request.urlopen(request, timeout=5).read().decode()
     lines = [x for x in page.splitlines() if x.startswith("toolexec_call_duration_seconds_bucket")]
     assert any(f'# {{trace_id="{trace_id}"}}' in x and 'tool="tr_fetch"' in x for x in lines)
+
+
+def _attempt_events(receiver: OtlpReceiver, trace_id: str) -> list[str]:
+    spans = _wait_for(receiver, trace_id, lambda s: len(_named(s, "execute_tool")) >= 1)
+    return [e["name"] for s in _named(spans, "execute_tool") for e in s.events]
+
+
+def test_a_replay_and_an_offload_are_events_of_their_attempts(
+    tr_client: ToolClient, memory: InMemorySpanExporter, receiver: OtlpReceiver
+) -> None:
+    key = f"order-{uuid.uuid4().hex[:8]}"
+    first = tr_client.call("tr_write", {"order": key}, idempotency_key=key)
+    again = tr_client.call("tr_write", {"order": key}, idempotency_key=key)
+    assert first.ok and again.replayed, again
+    replay_trace = _hex(_client_span(memory, again.call_id).context.trace_id, 32)
+    assert _attempt_events(receiver, replay_trace) == ["idempotency.replayed"]
+    first_trace = _hex(_client_span(memory, first.call_id).context.trace_id, 32)
+    assert _attempt_events(receiver, first_trace) == []
+
+    big = tr_client.call("tr_big", {"size": 50_000})
+    assert big.payload is not None, big
+    big_trace = _hex(_client_span(memory, big.call_id).context.trace_id, 32)
+    spans = _wait_for(receiver, big_trace, lambda s: len(_named(s, "execute_tool")) == 1)
+    (offload,) = _named(spans, "execute_tool")[0].events
+    assert offload["name"] == "payload.offloaded"
+    assert offload["attributes"]["size_bytes"] == big.payload.size_bytes
