@@ -42,6 +42,6 @@ def test_publish_benchmark_compares_the_old_and_new_sending() -> None:
 def test_quick_observability_benchmark_reports_tracing_on_and_off(redis_url: str) -> None:
     """`bench/observability.py --quick --tracing-only` runs agents traced and untraced."""
     stdout = run_bench("observability.py", "--quick", "--tracing-only", "--redis-url", redis_url)
-    assert "p50 ms, sampling 10 %" in stdout and "p50 ms, untraced again (A/A)" in stdout
+    assert "p50 ms, sampling 10 %" in stdout and "p50 ms, untraced worker B vs A (A/A)" in stdout
     spans = int(stdout.split(" spans received over OTLP/HTTP")[0].rsplit("- ", 1)[1])
     assert spans > 0  # the traced agents and worker did export
