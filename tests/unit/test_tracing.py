@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -166,9 +167,12 @@ def test_the_otlp_exporter_reaches_the_receiver_and_the_tree_prints(
             SimpleSpanProcessor(OTLPSpanExporter(endpoint=receiver.endpoint))
         )
         tracer = provider.get_tracer("t")
-        with tracer.start_as_current_span(
-            "toolexec.call f", attributes={"gen_ai.tool.call.id": "c9"}
-        ), tracer.start_as_current_span("execute_tool f") as attempt:
+        with (
+            tracer.start_as_current_span(
+                "toolexec.call f", attributes={"gen_ai.tool.call.id": "c9"}
+            ),
+            tracer.start_as_current_span("execute_tool f") as attempt,
+        ):
             attempt.set_attribute("toolexec.attempt", 1)
             attempt.add_event("backoff", {"delay_s": 0.5})
         received = receiver.snapshot()
@@ -199,3 +203,48 @@ def test_an_attempt_span_says_how_the_call_ended(
     (span,) = exporter.get_finished_spans()
     assert (span.attributes or {})["error.type"] == "circuit_open"
     assert [e.name for e in span.events] == ["breaker.refused"]
+
+
+def test_toolexec_trace_prints_the_tree_from_the_receivers_file(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from toolexec.ops.cli import cli
+
+    spans = tmp_path / "spans.jsonl"
+    call = SpanRecord(
+        "t1",
+        "a",
+        "",
+        "toolexec.call f",
+        "client",
+        0,
+        9_000_000,
+        "agent",
+        {"gen_ai.tool.call.id": "c1", "toolexec.status": "ok"},
+    )
+    attempt = SpanRecord(
+        "t1",
+        "b",
+        "a",
+        "execute_tool f",
+        "consumer",
+        1_000_000,
+        8_000_000,
+        "worker",
+        {"toolexec.attempt": 1},
+        [{"name": "backoff", "time_ns": 8_000_000, "attributes": {"delay_s": 0.25}}],
+    )
+    other = SpanRecord(
+        "t2", "c", "", "toolexec.call g", "client", 0, 1, "agent", {"gen_ai.tool.call.id": "c2"}
+    )
+    spans.write_text("".join(json.dumps(s.to_json()) + "\n" for s in (call, attempt, other)))
+
+    shown = CliRunner().invoke(cli, ["trace", "c1", "--spans", str(spans)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.splitlines() == [
+        "toolexec.call f [client, agent] +0.0 ms 9.0 ms gen_ai.tool.call.id=c1 toolexec.status=ok",
+        "└─ execute_tool f [consumer, worker] +1.0 ms 7.0 ms toolexec.attempt=1",
+        "     · +8.0 ms backoff delay_s=0.25",
+    ]
+    missing = CliRunner().invoke(cli, ["trace", "nope", "--spans", str(spans)])
+    assert missing.exit_code == 1 and "no span of call nope" in missing.output
