@@ -23,6 +23,7 @@ from toolexec.ops.metrics import Metrics
 from toolexec.registry import ToolSpec
 from toolexec.results import ToolResult
 from toolexec.stats import CallStats
+from toolexec.tracing import AttemptSpans
 
 __all__ = ["LEASE_GRACE_S", "CallObservers"]
 
@@ -44,6 +45,7 @@ class CallObservers:
         self.stats = stats
         self.metrics = metrics
         self.clock = clock or SystemClock()
+        self.spans = AttemptSpans()  # the outcome on the attempt's span, when tracing
         self._warned_at = float("-inf")
 
     def started(
@@ -73,6 +75,7 @@ class CallObservers:
         error_type = None if result.error is None else str(result.error.type)
         elapsed_s = result.elapsed_ms / 1000.0
         self._quietly(self.metrics.finished, ctx.tool, ctx.call_id, attempt, error_type, elapsed_s)
+        self._quietly(self.spans.finished, ctx.call_id, result)
         if self.stats is not None:
             self._counted(self.stats.finished, batch, ctx.tool, ctx.call_id, attempt, error_type)
 

@@ -42,9 +42,13 @@ from opentelemetry import propagate, trace
 from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
+from toolexec.layers import Attempt, Defer, Layer, NoReply, Outcome, Retry, Verdict
+from toolexec.results import ToolResult
+
 __all__ = [
     "CALL_SPAN",
     "AttemptSpans",
+    "TracingLayer",
     "configure",
     "current_ids",
     "end_call",
@@ -61,6 +65,10 @@ log = logging.getLogger("toolexec.tracing")
 
 #: The client span's name, before the tool's: ``toolexec.call get_weather``.
 CALL_SPAN = "toolexec.call"
+
+#: The fallback chain's task (toolexec.fallback.state.FALLBACK_TASK, not imported: the
+#: fallback package builds on the registry, which the client never needs).
+FALLBACK_TASK = "toolexec.fallback"
 
 #: Celery is not in the messaging conventions' list of systems; its own name is allowed.
 MESSAGING_SYSTEM = "celery"
@@ -263,8 +271,8 @@ class _Open:
     token: object
     parent: otel_context.Context
     task_id: str
-    #: The executor wanted a retry (a re-send without it is a rate-limit deferral).
-    retrying: bool = False
+    task_name: str
+    call_id: str
 
 
 @dataclass
@@ -276,7 +284,7 @@ _stack = _Stack()
 
 
 def _is_ours(name: str) -> bool:
-    return name.startswith("tools.") or name == "toolexec.fallback"
+    return name.startswith("tools.") or name == FALLBACK_TASK
 
 
 def _span_name(task_name: str, tool: str) -> str:
@@ -310,7 +318,8 @@ def _task_started(task_id: str = "", task: Any = None, kwargs: Any = None, **_: 
         },
     )
     token = otel_context.attach(trace.set_span_in_context(span, parent))
-    _stack.open.append(_Open(span, token, parent, task_id))
+    call_id = str(ctx.get("call_id") or task_id)
+    _stack.open.append(_Open(span, token, parent, task_id, str(task.name), call_id))
 
 
 def _task_ended(task_id: str = "", task: Any = None, retval: Any = None, **kw: Any) -> None:
@@ -325,16 +334,11 @@ def _task_ended(task_id: str = "", task: Any = None, retval: Any = None, **kw: A
 
 
 def _describe_end(top: _Open, state: Any, retval: Any) -> None:
+    """What only Celery knows: the task's state, and which step a fallback task took."""
     if not top.span.is_recording():
         return
     top.span.set_attribute("celery.state", str(state))
-    if state == "RETRY":  # the message goes back to the queue with a countdown
-        when = getattr(retval, "when", None)
-        delay = float(when) if isinstance(when, int | float) else None
-        event("backoff" if top.retrying else "rate_limit.deferred", delay_s=delay)
-    elif isinstance(retval, dict) and retval.get("status") == "no_reply":
-        event("idempotency.answered_elsewhere", reason=str(retval.get("reason")))
-    elif isinstance(retval, dict) and "step" in retval:
+    if top.task_name == FALLBACK_TASK and isinstance(retval, dict) and "step" in retval:
         event("fallback.step", step=str(retval["step"]))
 
 
@@ -384,38 +388,50 @@ def event(name: str, **attributes: Any) -> None:
         span.add_event(name, {k: v for k, v in attributes.items() if v is not None})
 
 
-class AttemptSpans:
-    """Observer hooks that describe the current attempt span (see toolexec.observe)."""
+class TracingLayer(Layer):
+    """The outermost layer: writes each attempt's verdict on the attempt's span.
 
-    def retrying(self, error_type: str, retryable: bool = True) -> None:
-        if _stack.open:
-            _stack.open[-1].retrying = True
+    Its ``settle`` runs last (innermost first), so it sees the verdict every
+    other layer agreed on: a retry and its backoff, a deferral, an answer left
+    to another worker, or the final result with the refusal, replay or offload
+    that shaped it, also when a fallback chain then takes the call over. It
+    never changes the verdict, and does nothing while spans are not recorded.
+    """
+
+    name = "tracing"
+
+    def settle(self, attempt: Attempt, outcome: Outcome, verdict: Verdict) -> Verdict:
         span = trace.get_current_span()
         if span.is_recording():
-            span.set_attribute("error.type", error_type)
-            span.set_attribute("toolexec.retryable", retryable)
-            span.set_attribute("toolexec.outcome", "retry")
+            _describe_verdict(span, verdict)
+        return verdict
 
-    def finished(self, result: Any) -> None:
-        span = trace.get_current_span()
-        if not span.is_recording():
-            return
-        span.set_attribute("toolexec.outcome", str(result.status))
-        span.set_attribute("toolexec.attempts", int(result.attempts))
-        if result.error is not None:
-            kind = str(result.error.type)
-            span.set_attribute("error.type", kind)
-            span.set_attribute("toolexec.retryable", bool(result.error.retryable))
-            span.set_status(Status(StatusCode.ERROR, kind))
-            _refusal_event(kind)
-        for flag, name in (
-            (result.replayed, "idempotency.replayed"),
-            (result.degraded, "fallback.answered"),
-        ):
-            if flag:
-                event(name, source=result.source)
-        if result.payload is not None:
-            event("payload.offloaded", size_bytes=result.payload.size_bytes)
+
+def _describe_verdict(span: Span, verdict: Verdict) -> None:
+    if isinstance(verdict, Retry):
+        span.set_attribute("toolexec.outcome", "retry")
+        span.set_attribute("error.type", str(verdict.error.error_type))
+        span.set_attribute("toolexec.retryable", True)
+        event("backoff", delay_s=verdict.delay, error_type=str(verdict.error.error_type))
+    elif isinstance(verdict, Defer):
+        span.set_attribute("toolexec.outcome", "deferred")
+        event("rate_limit.deferred", delay_s=verdict.delay)
+    elif isinstance(verdict, NoReply):
+        span.set_attribute("toolexec.outcome", "answered_elsewhere")
+        event("idempotency.joined", reason=verdict.reason)
+    else:
+        _describe_result(span, verdict.result)
+        _result_events(verdict.result, len(verdict.joined))
+
+
+def _describe_result(span: Span, result: ToolResult) -> None:
+    span.set_attribute("toolexec.outcome", str(result.status))
+    span.set_attribute("toolexec.attempts", int(result.attempts))
+    if result.error is not None:
+        kind = str(result.error.type)
+        span.set_attribute("error.type", kind)
+        span.set_attribute("toolexec.retryable", bool(result.error.retryable))
+        span.set_status(Status(StatusCode.ERROR, kind))
 
 
 _REFUSALS = {
@@ -425,10 +441,36 @@ _REFUSALS = {
 }
 
 
-def _refusal_event(kind: str) -> None:
-    name = _REFUSALS.get(kind)
-    if name is not None:
-        event(name, error_type=kind)
+def _result_events(result: ToolResult, joined: int) -> None:
+    refusal = None if result.error is None else _REFUSALS.get(str(result.error.type))
+    if refusal is not None:
+        event(refusal, error_type=str(result.error.type) if result.error else None)
+    if result.replayed:
+        event("idempotency.replayed")
+    if result.source is not None:
+        event("fallback.answered", source=result.source)
+    if result.payload is not None:
+        event("payload.offloaded", size_bytes=result.payload.size_bytes)
+    if joined:
+        event("idempotency.answers_joined", calls=joined)
+
+
+class AttemptSpans:
+    """The observer hook (toolexec.observe) for results that never met the layers.
+
+    A call refused before the layers (invalid arguments, a deadline already
+    past) and a fallback step's answer are final without a verdict from the
+    pipeline; this writes their outcome on the span of the attempt that
+    delivers them. Calls that joined it are answered in the same delivery and
+    are left out: their answer is on their own client spans.
+    """
+
+    def finished(self, call_id: str, result: ToolResult) -> None:
+        if not _stack.open or _stack.open[-1].call_id != call_id:
+            return
+        span = _stack.open[-1].span
+        if span.is_recording():
+            _describe_result(span, result)
 
 
 def current_ids() -> tuple[str, str] | None:

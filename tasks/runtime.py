@@ -58,6 +58,7 @@ from toolexec.results import ErrorInfo, ToolResult
 from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
 from toolexec.settings import Settings
 from toolexec.stats import CallStats
+from toolexec.tracing import TracingLayer
 
 __all__ = [
     "WorkerRuntime",
@@ -297,6 +298,7 @@ def build_executor(runtime: WorkerRuntime, registry: Registry) -> Executor:
     return Executor(
         clock=clock,
         layers=[
+            TracingLayer(),  # outermost: its settle sees the verdict last (toolexec.tracing)
             IdempotencyLayer(
                 runtime.idempotency, default_queue=settings.default_queue, clock=clock
             ),

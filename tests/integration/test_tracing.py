@@ -271,7 +271,7 @@ def test_a_fallback_shows_its_steps(
     spans = _wait_for(receiver, trace_id, lambda s: len(_named(s, "toolexec.fallback")) == 1)
     (attempt,) = _named(spans, "execute_tool")
     (step,) = _named(spans, "toolexec.fallback")
-    assert attempt.attributes["error.type"] == "server_error" and attempt.status == "error"
+    assert attempt.attributes["error.type"] == "unavailable" and attempt.status == "error"
     assert step.parent_id == attempt.parent_id  # both children of the client's send span
     assert [e["name"] for e in step.events] == ["fallback.step"]
     assert "explanation" in step.events[0]["attributes"]["step"]

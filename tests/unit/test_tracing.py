@@ -23,6 +23,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.exposition import generate_latest
 
 from toolexec import tracing
+from toolexec.context import CallContext
+from toolexec.errors import TransientError
+from toolexec.layers import Attempt, Defer, Final, NoReply, Outcome, Retry
 from toolexec.logs import JsonFormatter
 from toolexec.ops.metrics import Metrics
 from toolexec.ops.traces import OtlpReceiver, SpanRecord, render_call
@@ -187,22 +190,51 @@ def test_the_otlp_exporter_reaches_the_receiver_and_the_tree_prints(
     assert SpanRecord.from_json(received[0].to_json()) == received[0]
 
 
-def test_an_attempt_span_says_how_the_call_ended(
+def test_the_tracing_layer_writes_the_verdict_on_the_attempt_span(
     spans: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
     provider, exporter = spans
-    result = ToolResult(
+    refused = ToolResult(
         status="error",
         tool="f",
         call_id="c1",
         error=ErrorInfo(type="circuit_open", message="open", retryable=True),
         attempts=1,
     )
-    with provider.get_tracer("t").start_as_current_span("execute_tool f"):
-        tracing.AttemptSpans().finished(result)
-    (span,) = exporter.get_finished_spans()
-    assert (span.attributes or {})["error.type"] == "circuit_open"
-    assert [e.name for e in span.events] == ["breaker.refused"]
+    layer = tracing.TracingLayer()
+    tracer = provider.get_tracer("t")
+    retry = Retry(0.25, TransientError("HTTP 503"), _ctx())
+    for verdict in (Final(refused), retry, Defer(1.5, _ctx()), NoReply("joined c0")):
+        with tracer.start_as_current_span("execute_tool f"):
+            assert layer.settle(_attempt(), Outcome(), verdict) is verdict
+    final, retried, deferred, joined = exporter.get_finished_spans()
+    assert (final.attributes or {})["error.type"] == "circuit_open"
+    assert final.status.status_code.name == "ERROR"
+    assert [e.name for e in final.events] == ["breaker.refused"]
+    assert (retried.attributes or {})["toolexec.outcome"] == "retry"
+    assert [(e.name, dict(e.attributes or {})) for e in retried.events] == [
+        ("backoff", {"delay_s": 0.25, "error_type": "unavailable"})
+    ]
+    assert [e.name for e in deferred.events] == ["rate_limit.deferred"]
+    assert [e.name for e in joined.events] == ["idempotency.joined"]
+
+
+def _ctx() -> CallContext:
+    return CallContext(call_id="c1", tool="f", deadline=10.0, submitted_at=0.0, reply_to="r")
+
+
+def _attempt() -> Attempt:
+    from toolexec.registry import Registry, tool
+
+    registry = Registry()
+
+    @tool(registry=registry)
+    def f() -> None:
+        """A tool."""
+
+    spec = registry.get("f")
+    assert spec is not None
+    return Attempt(spec, _ctx(), 1, {}, 5.0)
 
 
 def test_toolexec_trace_prints_the_tree_from_the_receivers_file(tmp_path: Path) -> None:
