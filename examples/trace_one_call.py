@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from opentelemetry import trace
@@ -36,18 +37,20 @@ def main() -> int:
             "OTEL_BSP_SCHEDULE_DELAY": "100",
         }
         os.environ.update({**otel, "OTEL_SERVICE_NAME": "agent"})
-        settings = Settings.from_env(key_prefix="trace-demo", default_queue="trace-demo")
+        # a prefix of its own: no breaker or budget state left by an earlier run
+        prefix = f"trace-{uuid.uuid4().hex[:6]}"
+        settings = Settings.from_env(key_prefix=prefix, default_queue=prefix)
         url = redis_url(settings)
         env = {
             **otel,
             "OTEL_SERVICE_NAME": "worker",
             "TOOLEXEC_REDIS_URL": url,
-            "TOOLEXEC_KEY_PREFIX": "trace-demo",
-            "TOOLEXEC_DEFAULT_QUEUE": "trace-demo",
+            "TOOLEXEC_KEY_PREFIX": prefix,
+            "TOOLEXEC_DEFAULT_QUEUE": prefix,
             "TOOLEXEC_HTTP_ALLOW": "127.0.0.1",  # the local service below
         }
         worker = WorkerProcess("", env, log_path=Path(tmp) / "worker.log")
-        worker.start(url, "trace-demo")
+        worker.start(url, prefix)
         try:
             with FlakyServer() as service, ToolClient(settings) as client:
                 flaky = service.script("/orders/42", Reply(503), Reply(503), Reply(200))

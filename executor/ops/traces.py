@@ -217,9 +217,32 @@ def _lines(children: dict[str, list[SpanRecord]], parent: str, pad: str, t0: int
         branch = "" if not parent else ("└─ " if last else "├─ ")
         yield f"{pad}{branch}{_describe(span, t0)}"
         inner = pad + ("" if not parent else ("   " if last else "│  "))
-        for event in span.events:
-            yield f"{inner}  · +{(event['time_ns'] - t0) / 1e6:.1f} ms {_event(event)}"
-        yield from _lines(children, span.span_id, inner, t0)
+        yield from _inside(children, span, inner, t0)
+
+
+def _inside(
+    children: dict[str, list[SpanRecord]], span: SpanRecord, pad: str, t0: int
+) -> Iterator[str]:
+    """A span's events and child spans, in the order they happened."""
+    events = [(e["time_ns"], i, e) for i, e in enumerate(span.events)]
+    nested = list(_lines(children, span.span_id, pad, t0))
+    starts = [c.start_ns for c in children.get(span.span_id, [])]
+    # each child's first line, with the lines under it, as one block placed by its start
+    blocks: list[tuple[int, list[str]]] = []
+    for text in nested:
+        if text.startswith((pad + "├─ ", pad + "└─ ")):
+            blocks.append((starts[len(blocks)], [text]))
+        else:
+            blocks[-1][1].append(text)
+    last_start = max(starts, default=-1)
+
+    def line(at: int, event: dict[str, Any]) -> str:
+        marker = "│" if at < last_start else " "  # the line down to a later child span
+        return f"{pad}{marker} · +{(at - t0) / 1e6:.1f} ms {_event(event)}"
+
+    merged = [(at, [line(at, e)]) for at, _, e in events]
+    for _, lines in sorted(merged + blocks, key=lambda item: item[0]):
+        yield from lines
 
 
 def _shown(value: Any) -> str:
