@@ -313,10 +313,11 @@ def _task_started(task_id: str = "", task: Any = None, kwargs: Any = None, **_: 
             "messaging.destination.name": str(delivery.get("routing_key") or ""),
             "messaging.message.id": task_id,
             "toolexec.attempt": number,
-            "toolexec.run_id": str(ctx.get("run_id") or ""),
             "celery.task.name": str(task.name),
         },
     )
+    if ctx.get("run_id"):
+        span.set_attribute("toolexec.run_id", str(ctx["run_id"]))
     token = otel_context.attach(trace.set_span_in_context(span, parent))
     call_id = str(ctx.get("call_id") or task_id)
     _stack.open.append(_Open(span, token, parent, task_id, str(task.name), call_id))
