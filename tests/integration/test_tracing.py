@@ -176,6 +176,7 @@ def test_one_call_makes_a_client_span_and_worker_spans_in_one_trace(
     assert [s.attributes["toolexec.attempt"] for s in attempts] == [1, 2, 3]
     assert all(s.kind == "consumer" for s in attempts)
     assert {s.attributes["gen_ai.tool.call.id"] for s in attempts} == {retried["result"].call_id}
+    assert {s.attributes["toolexec.run_id"] for s in attempts} == {"run-tr"}
     assert (
         attempts[0].attributes["messaging.destination.name"] == attrs["messaging.destination.name"]
     )
