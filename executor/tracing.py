@@ -214,6 +214,8 @@ def end_call(span: Span, status: str, error_type: str | None, attempts: int) -> 
         if error_type is not None:
             span.set_attribute("error.type", error_type)
             span.set_status(Status(StatusCode.ERROR, error_type))
+            if attempts == 0 and error_type in _REFUSALS:  # refused before any attempt ran
+                span.add_event(_REFUSALS[error_type])
     span.end()
 
 

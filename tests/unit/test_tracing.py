@@ -100,6 +100,16 @@ def test_a_client_span_carries_the_call_and_its_outcome(
     )
 
 
+def test_a_call_the_client_refuses_says_so_on_its_span(
+    spans: tuple[TracerProvider, InMemorySpanExporter], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    provider, exporter = spans
+    monkeypatch.setattr(tracing, "_tracer", provider.get_tracer("toolexec"))
+    tracing.end_call(tracing.start_call("f", "c1", None, 1.0, None), "error", "circuit_open", 0)
+    (span,) = exporter.get_finished_spans()
+    assert [e.name for e in span.events] == ["breaker.refused"]
+
+
 def test_an_unsampled_call_still_passes_its_context_on() -> None:
     from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 
