@@ -104,9 +104,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--tracing-only", action="store_true", help="Only the tracing rows (on vs off)."
     )
     parser.add_argument("--trace-rounds", type=int, default=6, help="Rounds of the tracing rows.")
+    parser.add_argument(
+        "--loop", type=int, default=20_000, help="Iterations of the client tracing-work loop."
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.sequential, args.burst, args.trace_rounds = 2, 20, 50, 2
+        args.loop = 500
     return args
 
 
@@ -192,7 +196,7 @@ def _untraced_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
 
 
-def _agent(settings: Settings, otel: dict[str, str], calls: int) -> dict[str, Any]:
+def _agent(settings: Settings, otel: dict[str, str], calls: int, loop: int) -> dict[str, Any]:
     env = {
         **_untraced_env(),
         **otel,
@@ -203,7 +207,10 @@ def _agent(settings: Settings, otel: dict[str, str], calls: int) -> dict[str, An
     }
     script = Path(__file__).with_name("trace_agent.py")
     out = subprocess.run(
-        [sys.executable, str(script), str(calls)], env=env, capture_output=True, check=False
+        [sys.executable, str(script), str(calls), str(loop)],
+        env=env,
+        capture_output=True,
+        check=False,
     )
     if out.returncode != 0:
         raise SystemExit(f"the agent failed: {out.stderr.decode()[-2000:]}")
@@ -233,13 +240,21 @@ def _tracing(args: argparse.Namespace, url: str, tmp: Path) -> tuple[list[Row], 
                 )
             )
         agents = {
-            "off": _bound(_agent, untraced, {}, args.sequential),
-            "off-b": _bound(_agent, control, {}, args.sequential),
+            "off": _bound(_agent, untraced, {}, args.sequential, args.loop),
+            "off-b": _bound(_agent, control, {}, args.sequential, args.loop),
             "10%": _bound(
-                _agent, traced, _otel_env(receiver.endpoint, "bench-agent", 0.1), args.sequential
+                _agent,
+                traced,
+                _otel_env(receiver.endpoint, "bench-agent", 0.1),
+                args.sequential,
+                args.loop,
             ),
             "100%": _bound(
-                _agent, traced, _otel_env(receiver.endpoint, "bench-agent", 1.0), args.sequential
+                _agent,
+                traced,
+                _otel_env(receiver.endpoint, "bench-agent", 1.0),
+                args.sequential,
+                args.loop,
             ),
         }
         runs = interleave(args.trace_rounds, agents)

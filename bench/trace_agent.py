@@ -6,7 +6,7 @@ runs this script with or without the variables. It makes ``N`` sequential
 no-op calls after a warm-up and prints their round trips (ms) as JSON, with
 the time the client's own tracing work takes per call (µs: the call span, the
 send span and its headers, the end), measured in a loop afterwards.
-Usage: ``python bench/trace_agent.py N`` with ``TOOLEXEC_*`` and ``OTEL_*`` set.
+Usage: ``python bench/trace_agent.py N [LOOP]`` with ``TOOLEXEC_*`` and ``OTEL_*`` set.
 """
 
 from __future__ import annotations
@@ -19,19 +19,18 @@ from toolexec.client import ToolClient
 from toolexec.tracing import end_call, inject_headers, start_call
 
 CALL_TIMEOUT_S = 600.0
-LOOP = 20_000
 
 
-def client_tracing_us() -> float:
+def client_tracing_us(loop: int) -> float:
     """The client's tracing work for one call, in µs (the best of three loops)."""
     best = float("inf")
     for _ in range(3):
         started = time.perf_counter()
-        for i in range(LOOP):
+        for i in range(loop):
             span = start_call("bench_noop", f"c{i}", None, 0.0, "q")
             inject_headers(span, "q", f"c{i}", "tools.bench_noop")
             end_call(span, "ok", None, 1)
-        best = min(best, (time.perf_counter() - started) / LOOP * 1e6)
+        best = min(best, (time.perf_counter() - started) / loop * 1e6)
     return best
 
 
@@ -47,7 +46,9 @@ def main() -> int:
             samples.append((time.perf_counter() - started) * 1000)
             if not result.ok:
                 raise SystemExit(f"a call failed: {result}")
-        tracing_us = client_tracing_us()  # after the client configured tracing from OTEL_*
+        tracing_us = client_tracing_us(
+            int(sys.argv[2]) if len(sys.argv) > 2 else 20_000
+        )  # after the client configured tracing from OTEL_*
     json.dump({"round_trips_ms": samples, "client_tracing_us": tracing_us}, sys.stdout)
     return 0
 
