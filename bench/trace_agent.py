@@ -4,8 +4,10 @@ Tracing is set up per process (``OTEL_*``, one global tracer provider), so the
 traced and untraced agents cannot share the benchmark's process: each round
 runs this script with or without the variables. It makes ``N`` sequential
 no-op calls after a warm-up and prints their round trips (ms) as JSON, with
-the time the client's own tracing work takes per call (µs: the call span, the
-send span and its headers, the end), measured in a loop afterwards.
+with ``LOOP`` > 0, the time the client's own tracing work takes per call (µs:
+the call span, the send span and its headers, the end), measured in a loop
+afterwards. The loop exports its spans too, so the benchmark runs it apart,
+after the round trips, where the export cannot slow another agent's calls.
 Usage: ``python bench/trace_agent.py N [LOOP]`` with ``TOOLEXEC_*`` and ``OTEL_*`` set.
 """
 
@@ -46,9 +48,9 @@ def main() -> int:
             samples.append((time.perf_counter() - started) * 1000)
             if not result.ok:
                 raise SystemExit(f"a call failed: {result}")
-        tracing_us = client_tracing_us(
-            int(sys.argv[2]) if len(sys.argv) > 2 else 20_000
-        )  # after the client configured tracing from OTEL_*
+        # after the client configured tracing from OTEL_*
+        loop = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+        tracing_us = client_tracing_us(loop) if loop else None
     json.dump({"round_trips_ms": samples, "client_tracing_us": tracing_us}, sys.stdout)
     return 0
 
