@@ -23,6 +23,7 @@ __all__ = [
 ]
 
 
+
 class BreakerState(StrEnum):
     CLOSED = "closed"
     OPEN = "open"
