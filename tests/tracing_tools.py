@@ -7,8 +7,8 @@ from typing import Annotated, Any
 import httpx
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
 from toolexec.fallback import Explain
+from toolexec.policies import BreakerPolicy
 from toolexec.redaction import Secret
 
 NO_BREAKER = BreakerPolicy(enabled=False)

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
 from toolexec.fallback import Explain
+from toolexec.policies import BreakerPolicy
 
 NO_BREAKER = BreakerPolicy(enabled=False)
 
