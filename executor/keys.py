@@ -43,6 +43,16 @@ class Keys:
         """
         return f"{self.prefix}:workers:{queue}"
 
+    def deadletter(self) -> str:
+        """List: one JSON entry per task message a worker refused (``toolexec.poison``).
+
+        Newest first, trimmed to :data:`DEADLETTER_MAX` entries. An entry holds
+        the message's id, task, queue, the reason and the body's size and sha256,
+        never the body (it may carry secrets). TTL :data:`DEADLETTER_TTL_S`,
+        refreshed by every refusal: long enough to look into over a weekend.
+        """
+        return f"{self.prefix}:deadletter"
+
     def reply(self, reply_to: str) -> str:
         """List a worker pushes final results onto; the caller pops them.
 
@@ -228,6 +238,12 @@ BUDGET_IDLE_TTL_S = 3_600
 
 #: A fault sequence idle for a day is forgotten (its config stays).
 FAULT_SEQUENCE_TTL_S = 86_400
+
+#: Dead letters are evidence for an operator, kept a week after the last refusal.
+DEADLETTER_TTL_S = 7 * 86_400
+
+#: At most this many dead letters are kept: a flood of poison must not fill Redis.
+DEADLETTER_MAX = 1_000
 
 #: A worker silent this long is forgotten by ``toolexec status`` and the heartbeats:
 #: an hour, long enough for an operator to notice one that died.

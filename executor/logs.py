@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,10 +29,26 @@ from celery import signals
 from toolexec.results import ToolResult
 from toolexec.tracing import current_ids
 
-__all__ = ["JsonFormatter", "NoMessageBodies", "call_fields", "install"]
+__all__ = ["JsonFormatter", "NoMessageBodies", "call_fields", "install", "oneline"]
 
 #: The attribute of a log record that carries structured fields (``extra={FIELDS: {...}}``).
 FIELDS = "toolexec"
+
+
+#: What a value shown in a text log line may not contain: a newline (or any
+#: other control character) in an id would let a caller write a line of its own.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def oneline(value: Any, limit: int = 200) -> str:
+    """``value`` as text for one log line: control characters escaped, cut at ``limit``.
+
+    Ids come from messages anyone with broker access can write; a run id of
+    ``"r1\\nINFO call ... status=ok"`` must show as one line, not two.
+    """
+    text = value if isinstance(value, str) else repr(value)
+    text = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def call_fields(result: ToolResult) -> dict[str, Any]:

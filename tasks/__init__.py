@@ -20,6 +20,7 @@ from toolexec.tasks.catalog_publisher import (
     publish_catalog,
 )
 from toolexec.tasks.fallback_task import register_fallback_task
+from toolexec.tasks.message_guard import MessageGuard
 from toolexec.tasks.runtime import WorkerRuntime, runtime_of
 from toolexec.tasks.tool_task import ToolFailed, ToolTask, register_tool_task
 
@@ -34,6 +35,8 @@ __all__ = [
 ]
 
 default_registry.subscribe(lambda spec: register_tool_task(app, spec))
+# refuses poison messages and hands back tasks this worker lacks, before Celery parses them
+app.steps["consumer"].add(MessageGuard)
 register_fallback_task(app)  # toolexec.fallback: starts chains, runs cache and explanation
 signals.worker_ready.connect(on_worker_ready, weak=False)
 # a worker that stops leaves the live set at once (a remote shutdown sends only the second)

@@ -1,0 +1,255 @@
+"""A consumer bootstep that stands between the broker and Celery's task handlers.
+
+Celery's consumer looks each message's task up in ``consumer.strategies`` and
+calls the handler found there. This step replaces that dict with one that
+wraps every handler, so that:
+
+* a malformed message (``toolexec.poison.message_problem``, or anything
+  Celery's handler raises while parsing it) is refused: logged once with its
+  id and never its body, dead-lettered to ``Keys.deadletter`` and rejected,
+  while the worker keeps serving; without it the exception stops the worker;
+* a message for a task this worker lacks (a tool deployed to some workers
+  only) is handed back to its queue for a worker that has it, a bounded
+  number of times, and then answered and dead-lettered. Celery would log its
+  whole body at ERROR, drop it and write a ``celery-task-meta-*`` key for an
+  id anyone can choose.
+
+It is the narrowest seam Celery offers that sees every message before its
+handler does, for every task (tools, the fallback task and Celery's own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import redis
+from celery import bootsteps
+from celery.exceptions import InvalidTaskError
+from kombu.exceptions import ContentDisallowed, DecodeError
+
+from toolexec.app import settings_of
+from toolexec.connection import fail_fast_client, redis_url
+from toolexec.context import CallContext
+from toolexec.errors import ErrorType
+from toolexec.execution import error_result
+from toolexec.keys import DEADLETTER_MAX, DEADLETTER_TTL_S, Keys
+from toolexec.logs import oneline
+from toolexec.poison import (
+    HANDBACK_HEADER,
+    MAX_HANDBACKS,
+    GiveUp,
+    call_context,
+    fingerprint,
+    handback_count,
+    message_problem,
+    unknown_task_fate,
+)
+from toolexec.replies import deliver
+from toolexec.results import ErrorInfo
+
+__all__ = ["GuardedStrategies", "MessageGuard"]
+
+log = logging.getLogger("toolexec.worker")
+
+Handler = Callable[..., Any]
+
+#: What Celery's handler raises on a message it cannot parse (bad headers,
+#: a body of the wrong shape, content it refuses): a refusal, not a crash.
+_PARSE_ERRORS = (
+    TypeError,
+    ValueError,
+    KeyError,
+    AttributeError,
+    OverflowError,
+    InvalidTaskError,
+    ContentDisallowed,
+    DecodeError,
+)
+
+
+class _Guard:
+    """What the step does with a message; one per consumer."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        settings = settings_of(consumer.app)
+        self._keys = Keys(settings.key_prefix)
+        self._url = redis_url(settings)
+        self._redis: redis.Redis | None = None
+
+    def _client(self) -> redis.Redis:
+        if self._redis is None:
+            self._redis = fail_fast_client(self._url)
+        return self._redis
+
+    def wrap(self, strategy: Handler) -> Handler:
+        def guarded(message: Any, body: Any, *args: Any, **kwargs: Any) -> Any:
+            problem = _problem(message, body)
+            if problem is not None:
+                self.refuse(message, problem)
+                return None
+            try:
+                return strategy(message, body, *args, **kwargs)
+            except _PARSE_ERRORS as exc:
+                self.refuse(message, f"Celery could not read it ({type(exc).__name__})")
+                return None
+
+        return guarded
+
+    def unknown(self, name: str) -> Handler:
+        def unregistered(message: Any, body: Any, *args: Any, **kwargs: Any) -> None:
+            self.on_unknown(name, message)
+
+        return unregistered
+
+    def on_unknown(self, name: str, message: Any) -> None:
+        headers = message.headers if isinstance(message.headers, Mapping) else {}
+        context = call_context(_payload(message))
+        fate = unknown_task_fate(name, handback_count(headers), context, time.time())
+        if isinstance(fate, GiveUp):
+            self._answer(context, fate.reason)
+            self.refuse(message, f"unregistered task of type {oneline(name)!r}: {fate.reason}")
+            return
+        log.warning(
+            "Received unregistered task of type %r id=%s; handing it back for a worker "
+            "that has it (%d of at most %d, in %.1f s)",
+            oneline(name),
+            oneline(headers.get("id")),
+            fate.count,
+            MAX_HANDBACKS,
+            fate.delay,
+        )
+        self._consumer.timer.call_after(fate.delay, self._hand_back, (message, fate.count))
+
+    def _hand_back(self, message: Any, count: int) -> None:
+        """Publish a copy with the count raised, then acknowledge; on failure requeue as is."""
+        info = message.delivery_info or {}
+        properties = {
+            k: v
+            for k, v in (message.properties or {}).items()
+            if k in ("correlation_id", "reply_to", "priority")
+        }
+        try:
+            with self._consumer.app.producer_pool.acquire(block=True) as producer:
+                producer.publish(
+                    message.body,
+                    exchange=info.get("exchange") or "",
+                    routing_key=info.get("routing_key"),
+                    headers={**message.headers, HANDBACK_HEADER: count},
+                    content_type=message.content_type,
+                    content_encoding=message.content_encoding,
+                    retry=True,
+                    **properties,
+                )
+            message.ack()
+        except Exception as exc:  # the broker keeps the message: it comes back by itself
+            log.warning("could not hand a message back (%s); requeued", type(exc).__name__)
+            with contextlib.suppress(Exception):
+                message.reject(requeue=True)
+
+    def refuse(self, message: Any, reason: str) -> None:
+        """Log once (id, task, reason; never the body), dead-letter, reject."""
+        headers = message.headers if isinstance(message.headers, Mapping) else {}
+        task_id, task = oneline(headers.get("id")), oneline(headers.get("task"))
+        log.error(
+            "refused task message id=%s task=%s: %s; dead-lettered (body not logged)",
+            task_id,
+            task,
+            oneline(reason),
+        )
+        self._dead_letter(message, task_id, task, reason)
+        with contextlib.suppress(Exception):
+            message.reject_log_error(log, self._consumer.connection_errors, requeue=False)
+
+    def _dead_letter(self, message: Any, task_id: str, task: str, reason: str) -> None:
+        info = message.delivery_info or {}
+        entry = {
+            "id": task_id,
+            "task": task,
+            "queue": oneline(info.get("routing_key")),
+            "reason": reason,
+            "at": time.time(),
+            "content_type": oneline(message.content_type),
+            **fingerprint(message.body),
+        }
+        key = self._keys.deadletter()
+        try:
+            pipe = self._client().pipeline(transaction=False)
+            pipe.lpush(key, json.dumps(entry))
+            pipe.ltrim(key, 0, DEADLETTER_MAX - 1)
+            pipe.expire(key, DEADLETTER_TTL_S)
+            pipe.execute()
+        except redis.RedisError as exc:  # the refusal itself must still happen
+            log.warning("could not record a dead letter: %s", type(exc).__name__)
+
+    def _answer(self, context: Mapping[str, Any] | None, reason: str) -> None:
+        """Tell a waiting caller that no worker took the call, rather than let it time out."""
+        if context is None:
+            return
+        try:
+            ctx = CallContext.from_json(dict(context))
+            now = time.time()
+            info = ErrorInfo(
+                type=ErrorType.UNAVAILABLE,
+                message=f"no worker that runs the tool {ctx.tool!r} took the call ({reason}).",
+                retryable=True,
+                suggestion="The tool is being deployed or no longer served; try again later.",
+            )
+            result = error_result(ctx, info, attempts=0, now=now)
+            deliver(self._client(), self._keys, ctx.reply_to, result, ctx.deadline - now)
+        except Exception as exc:  # a context of the wrong shape: nobody to answer
+            log.warning("could not answer the caller of a dropped message: %s", type(exc).__name__)
+
+
+def _payload(message: Any) -> Any:
+    try:
+        return message.payload
+    except Exception:
+        return None
+
+
+def _problem(message: Any, body: Any) -> str | None:
+    if body is not None:  # the consumer decodes only protocol-1 bodies itself
+        return "protocol 1 messages are not accepted"
+    try:
+        payload = message.payload
+    except ContentDisallowed as exc:
+        return str(exc)
+    except Exception as exc:
+        return f"its body cannot be decoded ({type(exc).__name__})"
+    return message_problem(message.headers, payload)
+
+
+class GuardedStrategies(dict[str, Handler]):
+    """``consumer.strategies`` whose handlers refuse poison and hand back unknown tasks.
+
+    Celery fills it through ``update_strategies`` (``__setitem__``) and reads
+    it with ``strategies[name]``, which lands in ``__missing__`` for a task
+    this worker lacks. The answer for an unknown name is not stored: the
+    names are chosen by whoever publishes.
+    """
+
+    def __init__(self, guard: _Guard) -> None:
+        super().__init__()
+        self._guard = guard
+
+    def __setitem__(self, name: str, strategy: Handler) -> None:
+        super().__setitem__(name, self._guard.wrap(strategy))
+
+    def __missing__(self, name: str) -> Handler:
+        return self._guard.unknown(name)
+
+
+class MessageGuard(bootsteps.Step):  # type: ignore[misc]
+    """Installs :class:`GuardedStrategies` on the consumer before it starts consuming."""
+
+    name = "toolexec.message_guard"
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        parent.strategies = GuardedStrategies(_Guard(parent))

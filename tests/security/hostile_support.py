@@ -1,0 +1,129 @@
+"""Helpers of the hostile-worker security tests: own workers per broker, raw messages.
+
+Each module starts its own worker under its own key prefix and queue, so an
+attack that (before the fix) stopped a worker never takes down the shared one,
+and messages on a shared RabbitMQ never reach another test's worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kombu import Connection, Exchange, Producer, Queue
+
+from toolexec.client import ToolClient
+from toolexec.settings import Settings
+from toolexec.testing import WorkerProcess
+
+RABBITMQ_URL = os.environ.get("TOOLEXEC_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def eventually(check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    """Poll ``check`` until it is truthy or ``timeout`` passes; its last value."""
+    end = time.monotonic() + timeout
+    while not (found := check()) and time.monotonic() < end:
+        time.sleep(0.05)
+    return found
+
+
+def rabbitmq_url() -> str:
+    """The RabbitMQ to test against, or skip the test with the reason."""
+    try:
+        with socket.create_connection(("127.0.0.1", 5672), timeout=1.0):
+            pass
+    except OSError as exc:
+        pytest.skip(f"no RabbitMQ on 127.0.0.1:5672 ({exc})")
+    return RABBITMQ_URL
+
+
+@dataclass
+class Deployment:
+    """One worker, its settings and a client, isolated by key prefix and queue."""
+
+    settings: Settings
+    worker: WorkerProcess
+    client: ToolClient
+    broker: str
+
+    @property
+    def queue(self) -> str:
+        return self.settings.default_queue
+
+    def log(self) -> str:
+        assert self.worker.log_path is not None
+        return self.worker.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.worker.process is not None and self.worker.process.poll() is None
+
+    def publish_raw(self, task: str, body: bytes, **headers: Any) -> str:
+        """Publish ``body`` as is, as protocol-2 task ``task``; returns its id."""
+        task_id = str(headers.pop("id", uuid.uuid4()))
+        exchange = Exchange(self.queue, type="direct")
+        queue = Queue(self.queue, exchange, routing_key=self.queue)
+        with Connection(self.broker) as conn:
+            Producer(conn).publish(
+                body,
+                exchange=exchange,
+                routing_key=self.queue,
+                declare=[queue],
+                headers={"lang": "py", "task": task, "id": task_id, **headers},
+                content_type="application/json",
+                content_encoding="utf-8",
+                retry=True,
+            )
+        return task_id
+
+
+@contextmanager
+def deployment(
+    base: Settings,
+    worker_env: dict[str, str],
+    log_path: Path,
+    *,
+    broker: str | None = None,
+    tools: str = "security_tools",
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Deployment]:
+    """A worker of ``tools`` on its own prefix and queue (and broker, when given)."""
+    tag = uuid.uuid4().hex[:8]
+    settings = base.model_copy(
+        update={
+            "key_prefix": f"hw-{tag}",
+            "default_queue": f"hw-{tag}",
+            "broker_url": broker or base.broker_url,
+        }
+    )
+    env = {
+        **worker_env,
+        "TOOLEXEC_KEY_PREFIX": settings.key_prefix,
+        "TOOLEXEC_DEFAULT_QUEUE": settings.default_queue,
+        **(extra_env or {}),
+    }
+    if settings.broker_url:
+        env["TOOLEXEC_BROKER_URL"] = settings.broker_url
+    proc = WorkerProcess(
+        tools, env, queues=settings.default_queue, concurrency=4, log_path=log_path
+    )
+    proc.start(settings.redis_url or "", settings.key_prefix)
+    try:
+        with ToolClient(settings) as client:
+            yield Deployment(
+                settings, proc, client, settings.broker_url or settings.redis_url or ""
+            )
+    finally:
+        proc.stop()
+
+
+def dead_letters(client: Any, key: str) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in client.lrange(key, 0, -1)]
