@@ -12,7 +12,7 @@ and refuses what it could not run. These decisions are pure; the Celery side
 
 A task this worker does not have is another matter: during a rolling deploy
 the call is good, only this worker is old. It is handed back to the queue for
-a worker that has the tool, a bounded number of times with a growing pause,
+a worker that has the tool, a bounded number of times after a short pause,
 and never past the call's deadline, so a tool nobody serves cannot circulate
 for ever.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,15 +41,19 @@ __all__ = [
 #: Message header counting how often workers without the task handed the message back.
 HANDBACK_HEADER = "x-toolexec-handbacks"
 
-#: Hand-backs before the call is given up: with the pauses below, about six
-#: seconds of a deploy in which a worker that has the tool can take it.
-MAX_HANDBACKS = 5
+#: Hand-backs before the call is given up (sooner if its deadline comes first):
+#: with the pauses below, about thirty seconds of a deploy, time enough for a
+#: worker that has the tool to (re)start and take it.
+MAX_HANDBACKS = 100
 
-#: First pause before a hand-back; doubled each time, capped at :data:`_MAX_PAUSE_S`.
-#: A worker without the tool that is alone on the queue would otherwise bounce
-#: the message back to itself thousands of times a second.
-_FIRST_PAUSE_S = 0.2
-_MAX_PAUSE_S = 3.0
+#: The pause before each hand-back, drawn between these bounds. Without one, a
+#: worker alone on the queue would bounce the message to itself thousands of
+#: times a second. It stays short: the worker holds the message meanwhile, and
+#: on Redis the consumer blocked longest gets the next message, so after a long
+#: hold that is this worker again (measured: a 3 s pause brought the message back
+#: to it every time while a worker with the tool idled).
+_MIN_PAUSE_S = 0.1
+_MAX_PAUSE_S = 0.5
 
 #: Task names whose unknown messages are worth handing back: only toolexec's
 #: tools are ever deployed to some workers before others.
@@ -57,6 +62,9 @@ _TOOL_TASK_PREFIX = "tools."
 #: A task id is a call id (a UUID) and ends up in log lines, events and Redis
 #: keys: anything longer, or with control characters, is not one of ours.
 _MAX_ID_LENGTH = 200
+
+
+_RNG = random.Random()
 
 
 @dataclass(frozen=True)
@@ -165,19 +173,25 @@ def _deadline(context: Mapping[str, Any] | None) -> float | None:
 
 
 def unknown_task_fate(
-    name: str, handbacks: int, context: Mapping[str, Any] | None, now: float
+    name: str,
+    handbacks: int,
+    context: Mapping[str, Any] | None,
+    now: float,
+    rng: random.Random | None = None,
 ) -> HandBack | GiveUp:
     """What a worker that lacks task ``name`` does with its message.
 
     Only tools are handed back; other unknown names (a typo, an attack, a task
     of another application sharing the broker) will not appear on any worker.
+    The pause is random, so that workers that lack the tool do not hand
+    messages back in step.
     """
     if not name.startswith(_TOOL_TASK_PREFIX):
         return GiveUp(f"no toolexec worker runs tasks named {name!r}")
     if handbacks >= MAX_HANDBACKS:
         return GiveUp(f"no worker that serves {name!r} took it after {handbacks} hand-backs")
     deadline = _deadline(context)
-    delay = min(_FIRST_PAUSE_S * 2**handbacks, _MAX_PAUSE_S)
+    delay = _MIN_PAUSE_S + (_MAX_PAUSE_S - _MIN_PAUSE_S) * (rng or _RNG).random()
     if deadline is not None and now + delay >= deadline:
         return GiveUp(f"no worker that serves {name!r} took it before its deadline")
     return HandBack(delay=delay, count=handbacks + 1)

@@ -25,6 +25,8 @@ from toolexec.client import ToolClient
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
 
+HERE = Path(__file__).parent
+
 RABBITMQ_URL = os.environ.get("TOOLEXEC_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
 
 
@@ -54,6 +56,13 @@ class Deployment:
     worker: WorkerProcess
     client: ToolClient
     broker: str
+    env: dict[str, str]
+
+    def another_worker(self, tools: str, log_path: Path) -> WorkerProcess:
+        """A second worker on the same prefix and queue, with other tools; started."""
+        proc = WorkerProcess(tools, self.env, queues=self.queue, concurrency=4, log_path=log_path)
+        proc.start(self.settings.redis_url or "", self.settings.key_prefix)
+        return proc
 
     @property
     def queue(self) -> str:
@@ -108,6 +117,7 @@ def deployment(
         **worker_env,
         "TOOLEXEC_KEY_PREFIX": settings.key_prefix,
         "TOOLEXEC_DEFAULT_QUEUE": settings.default_queue,
+        "PYTHONPATH": os.pathsep.join([str(HERE), worker_env.get("PYTHONPATH", "")]),
         **(extra_env or {}),
     }
     if settings.broker_url:
@@ -118,9 +128,8 @@ def deployment(
     proc.start(settings.redis_url or "", settings.key_prefix)
     try:
         with ToolClient(settings) as client:
-            yield Deployment(
-                settings, proc, client, settings.broker_url or settings.redis_url or ""
-            )
+            broker_url = settings.broker_url or settings.redis_url or ""
+            yield Deployment(settings, proc, client, broker_url, env)
     finally:
         proc.stop()
 
