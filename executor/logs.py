@@ -11,7 +11,9 @@ A line logged while a span is current (an attempt, when ``OTEL_*`` turns
 tracing on) carries its ``trace_id`` and ``span_id``, so logs, metrics
 (exemplars) and traces join on one id.
 
-Whatever the format, the worker never logs a message's body: at DEBUG
+Whatever the format, every line is scrubbed on its way to a handler (URL
+credentials and credential parameters masked, control characters escaped so
+no id can forge a line), and the worker never logs a message's body: at DEBUG
 Celery's pool would print each message it runs (up to 1024 characters of
 headers and body), and a body holds the call's arguments, secrets included.
 """
@@ -26,10 +28,20 @@ from typing import Any
 
 from celery import signals
 
+from toolexec.redaction import scrub_text
 from toolexec.results import ToolResult
 from toolexec.tracing import current_ids
 
-__all__ = ["JsonFormatter", "NoMessageBodies", "call_fields", "install", "oneline"]
+__all__ = [
+    "JsonFormatter",
+    "NoMessageBodies",
+    "Scrubbed",
+    "call_fields",
+    "escape_controls",
+    "install",
+    "oneline",
+    "scrub_handlers",
+]
 
 #: The attribute of a log record that carries structured fields (``extra={FIELDS: {...}}``).
 FIELDS = "toolexec"
@@ -40,15 +52,51 @@ FIELDS = "toolexec"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
+def escape_controls(text: str) -> str:
+    """``text`` with control characters (newlines included) written as escapes."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
 def oneline(value: Any, limit: int = 200) -> str:
     """``value`` as text for one log line: control characters escaped, cut at ``limit``.
 
     Ids come from messages anyone with broker access can write; a run id of
     ``"r1\\nINFO call ... status=ok"`` must show as one line, not two.
     """
-    text = value if isinstance(value, str) else repr(value)
-    text = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    text = escape_controls(value if isinstance(value, str) else repr(value))
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class Scrubbed(logging.Filter):
+    """On every handler: one line per record, with credentials masked, whoever logged it.
+
+    Handler filters see the records of every logger, third-party ones too:
+    httpx logs each request's full URL at INFO (``HTTP Request: GET
+    https://...?token=...``), and an exception's text often quotes a URL.
+    Ids and tool output inside a message could hold a newline and forge the
+    next line, so control characters are escaped; a traceback keeps its lines.
+    """
+
+    _formatter = logging.Formatter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format: logging reports it itself
+            return True
+        clean = escape_controls(scrub_text(message))
+        if clean != message:
+            record.msg, record.args = clean, ()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = scrub_text(self._formatter.formatException(record.exc_info))
+        return True
+
+
+def scrub_handlers(logger: logging.Logger | None = None, **_: Any) -> None:
+    """Put :class:`Scrubbed` on the handlers of ``logger`` (the root logger by default)."""
+    for handler in (logger or logging.getLogger()).handlers:
+        if not any(isinstance(f, Scrubbed) for f in handler.filters):
+            handler.addFilter(Scrubbed())
 
 
 def call_fields(result: ToolResult) -> dict[str, Any]:
@@ -118,6 +166,8 @@ def install(log_format: str) -> None:
     pool = logging.getLogger("celery.pool")
     if not any(isinstance(f, NoMessageBodies) for f in pool.filters):
         pool.addFilter(NoMessageBodies())
+    signals.after_setup_logger.connect(scrub_handlers, weak=False)
+    signals.after_setup_task_logger.connect(scrub_handlers, weak=False)
     if log_format == "json":
         signals.after_setup_logger.connect(_use_json, weak=False)
         signals.after_setup_task_logger.connect(_use_json, weak=False)

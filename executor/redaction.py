@@ -8,9 +8,15 @@ and Flower's pages, so the text is computed here, with secrets replaced by
   (the schema says ``writeOnly: true``, ``format: password``, ``x-secret:
   true``) or ``pydantic.SecretStr`` (``writeOnly`` and ``format: password``);
   the client reads the schema from the catalog, the worker from the spec;
-* a mapping key is a well-known credential name at any depth, such as the
-  ``Authorization``, ``Cookie`` or ``X-Api-Key`` headers of ``http_request``
-  or an ``api_key`` query parameter.
+* a mapping key looks like a credential at any depth: a list of names
+  (``Authorization``, ``Cookie``) is not enough, so a key is split into words
+  (``X-Goog-Api-Key`` is x, goog, api, key; ``accessToken`` is access, token)
+  and any word such as token, secret, password, pass, pin, auth, cookie,
+  signature, or ``key`` next to api, private, access or secret, marks it;
+* inside any text (string arguments, error messages, log lines): the userinfo
+  of a URL, credential-looking query parameters and fragments (``token``,
+  ``key``, ``sig``, ``password``...), ``Bearer``/``Basic`` credentials and
+  ``password=...``-style pairs (:func:`scrub_text`).
 
 The tool still receives the real value: only the text shown is redacted.
 """
@@ -27,9 +33,11 @@ __all__ = [
     "REDACTED",
     "REPR_LIMIT",
     "Secret",
+    "is_credential_name",
     "is_secret_path",
     "is_secret_schema",
     "redact",
+    "scrub_text",
     "secret_names",
     "shown_kwargs",
 ]
@@ -43,12 +51,97 @@ REPR_LIMIT = 1024
 #: Mark a tool argument as secret: ``token: Annotated[str, Secret]``.
 Secret: Any = Field(json_schema_extra={"writeOnly": True, "format": "password", "x-secret": True})
 
-#: Keys whose value is a credential wherever they appear (headers, query params, bodies).
-_CREDENTIAL_KEY = re.compile(
-    r"^(?:proxy-)?authorization$|^(?:set-)?cookie$|^x-(?:api|auth)-(?:key|token)$"
-    r"|^api[-_]?key$|^(?:access|refresh|id)[-_]token$|^client[-_]secret$|^password$|^secret$",
-    re.IGNORECASE,
-)
+#: Words that make a key a credential wherever they appear in it.
+_SECRET_WORDS = frozenset(
+    {
+        "token", "secret", "secrets", "password", "passwd", "pass", "pwd", "passphrase",
+        "pin", "auth", "authorization", "cookie", "cookies", "credential", "credentials",
+        "signature", "sig", "apikey", "otp", "jwt", "bearer", "sessionid", "privatekey",
+    }
+)  # fmt: skip
+
+#: Words that make ``key`` a credential (``api_key``, ``X-Goog-Api-Key``, ``private-key``),
+#: while a bare ``key`` (a cache or S3 object key) stays shown as an argument.
+_KEY_QUALIFIERS = frozenset({"api", "private", "access", "secret", "signing", "master", "client"})
+
+#: Query parameters that carry a credential by themselves, besides credential names:
+#: Google's ``key``, shared-access ``sig`` and ``code`` of an OAuth redirect.
+_QUERY_CREDENTIALS = frozenset({"key", "sig", "code", "s"})
+
+#: A last word that makes the key describe a credential instead of holding one:
+#: ``token_count``, ``password_policy``, ``auth_url`` are shown.
+_ABOUT_WORDS = frozenset(
+    {"count", "limit", "max", "min", "length", "size", "type", "kind", "url", "uri",
+     "endpoint", "expiry", "expires", "ttl", "policy", "seen", "used", "budget", "header"}
+)  # fmt: skip
+
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
+
+
+def is_credential_name(name: str) -> bool:
+    """Whether a key, header or parameter name looks like it holds a credential."""
+    words = [w.lower() for w in _WORD.findall(name)]
+    if not words or words[-1] in _ABOUT_WORDS:
+        return False
+    if _SECRET_WORDS.intersection(words):
+        return True
+    if "key" in words and _KEY_QUALIFIERS.intersection(words):
+        return True
+    return "".join(words) in _SECRET_WORDS
+
+
+#: What :func:`scrub_text` looks for: a cheap test first, since most text has none.
+_MAYBE = re.compile(r"://|=|bearer|basic|token|key", re.IGNORECASE)
+_URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>`]+")
+_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/?#@]*)@", re.IGNORECASE)
+_PAIR = re.compile(r"([?&#;]|^)([^=&#;?\s]+)=([^&#;\s]*)")
+_SCHEME_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic|token|digest)(\s+)[A-Za-z0-9._~+/=:-]{6,}")
+_TEXT_PAIR = re.compile(r"(?<![\w-])([\w-]{2,40})(?=([=:]\s?)([^\s&,;#'\"]+))")
+
+
+def _mask_pair(match: re.Match[str], query: bool) -> str:
+    name = match.group(2)
+    credential = is_credential_name(name) or (query and name.lower() in _QUERY_CREDENTIALS)
+    return f"{match.group(1)}{name}={REDACTED}" if credential else match.group(0)
+
+
+def _scrub_url(match: re.Match[str]) -> str:
+    url = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", match.group(0))
+    head, sep, rest = url.partition("?") if "?" in url else url.partition("#")
+    if not sep:
+        return url
+    return head + sep + _PAIR.sub(lambda m: _mask_pair(m, query=True), rest)
+
+
+def _mask_text_pairs(text: str) -> str:
+    """``name=value`` or ``name: value`` with a credential name gets its value masked.
+
+    The value is matched ahead without being consumed, so that in
+    ``failed: password=x`` the pair ``failed: password`` does not hide the next.
+    """
+    parts, last = [], 0
+    for match in _TEXT_PAIR.finditer(text):
+        name, sep, value = match.groups()
+        if match.start() < last or value == REDACTED or not is_credential_name(name):
+            continue
+        start = match.end() + len(sep)
+        parts += [text[last:start], REDACTED]
+        last = start + len(value)
+    return "".join([*parts, text[last:]])
+
+
+def scrub_text(text: str) -> str:
+    """``text`` with URL userinfo, credential parameters and scheme credentials masked.
+
+    For text that leaves the process without being a mapping: error messages
+    (``connection refused for https://u:pw@host/?token=...``), string arguments
+    and log lines of any library (httpx logs each request's full URL at INFO).
+    """
+    if not _MAYBE.search(text):
+        return text
+    text = _URL.sub(_scrub_url, text)
+    text = _SCHEME_CREDENTIAL.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    return _mask_text_pairs(text)
 
 
 def is_secret_schema(prop: Mapping[str, Any]) -> bool:
@@ -118,6 +211,9 @@ def redact(value: Any, secrets: frozenset[str] = frozenset()) -> Any:
         items = [redact(item, secrets) for item in value]
         changed = any(new is not old for new, old in zip(items, value, strict=True))
         return items if changed else value
+    if isinstance(value, str):
+        scrubbed = scrub_text(value)
+        return value if scrubbed == value else scrubbed
     return value
 
 
@@ -127,7 +223,7 @@ def is_secret_path(path: Any, secrets: frozenset[str]) -> bool:
 
 
 def _is_secret_key(key: Any, secrets: frozenset[str]) -> bool:
-    return isinstance(key, str) and (key in secrets or _CREDENTIAL_KEY.match(key) is not None)
+    return isinstance(key, str) and (key in secrets or is_credential_name(key))
 
 
 def shown_kwargs(kwargs: Mapping[str, Any], secrets: frozenset[str] = frozenset()) -> str:

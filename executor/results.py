@@ -12,9 +12,10 @@ import json
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from toolexec.errors import ErrorType, UsageError
+from toolexec.redaction import redact, scrub_text
 
 __all__ = [
     "ErrorInfo",
@@ -43,6 +44,18 @@ class ErrorInfo(BaseModel):
         default=None, description="Seconds to wait before calling again, when known."
     )
     details: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("message", "suggestion")
+    @classmethod
+    def _no_credentials(cls, text: str | None) -> str | None:
+        """Messages quote URLs and exceptions; they reach the model, logs, events and Flower."""
+        return None if text is None else scrub_text(text)
+
+    @field_validator("details")
+    @classmethod
+    def _no_credential_details(cls, details: dict[str, Any]) -> dict[str, Any]:
+        redacted: dict[str, Any] = redact(details)
+        return redacted
 
 
 class Timings(BaseModel):

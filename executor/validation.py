@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import pydantic
 
-from toolexec.redaction import is_secret_path, secret_names
+from toolexec.redaction import is_secret_path, redact, scrub_text, secret_names
 
 __all__ = ["describe_validation_error", "validate_against_schema"]
 
@@ -22,6 +22,8 @@ _MAX_INPUT_REPR = 80
 
 
 def _shown(value: Any) -> str:
+    """What was given, credentials inside it masked (a headers object with an Authorization)."""
+    value = redact(value)
     try:
         text = json.dumps(value, ensure_ascii=False, default=str)
     except (TypeError, ValueError):
@@ -72,6 +74,11 @@ def validate_against_schema(arguments: Mapping[str, Any], schema: Mapping[str, A
             # jsonschema's own message quotes the value; a secret's must not be quoted.
             rule = f"{err.validator}: {json.dumps(err.validator_value, default=str)}"
             lines.append(f"{where}: does not satisfy {rule} (given a hidden value)")
+        elif isinstance(err.instance, dict | list):
+            # jsonschema's own message quotes the whole object, credentials and all.
+            rule = f"{err.validator}: {json.dumps(err.validator_value, default=str)}"
+            lines.append(f"{where}: does not satisfy {rule} (given {_shown(err.instance)})")
         else:
-            lines.append(f"{where}: {err.message} (given {_shown(err.instance)})")
+            message = scrub_text(err.message)
+            lines.append(f"{where}: {message} (given {_shown(err.instance)})")
     return "invalid arguments: " + "; ".join(lines)

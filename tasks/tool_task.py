@@ -28,7 +28,7 @@ from toolexec.batch import Batch
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
 from toolexec.execution import Defer, Final, Retry, Verdict
-from toolexec.redaction import secret_names, shown_kwargs
+from toolexec.redaction import scrub_text, secret_names, shown_kwargs
 from toolexec.registry import ToolSpec
 from toolexec.tasks.runtime import WorkerRuntime, attempt_number, runtime_of
 
@@ -82,10 +82,9 @@ class ToolTask(Task):  # type: ignore[misc]
             error_type = verdict.error.error_type
             runtime.observers.retrying(self.spec, ctx, number, error_type, settlement)
             runtime.flush(settlement)
-            why = (
-                f"{verdict.error.error_type}: {verdict.error.message}; "
-                f"retrying in {verdict.delay:.3f} s"
-            )
+            # the text reaches Celery's log line and the task-retried event (Flower)
+            error = scrub_text(f"{verdict.error.error_type}: {verdict.error.message}")
+            why = f"{error}; retrying in {verdict.delay:.3f} s"
             self._again(ctx, verdict.context, verdict.delay, self._retries_allowed(verdict), why)
         runtime.observers.withdrawn(self.spec, ctx, number, settlement)
         runtime.flush(settlement)
