@@ -7,6 +7,15 @@ in a Procfile or in a log line. Flower's REST API and task pages reveal
 every call's arguments (secrets redacted) and can revoke tasks, so it refuses
 to listen beyond loopback without auth.
 
+Flower splits ``FLOWER_BASIC_AUTH`` on commas into a list of accepted
+``user:password`` pairs: a password ``a,b`` would let ``a`` and ``b`` in and
+refuse itself, and a trailing comma adds the empty pair, which an empty
+``Authorization: Basic`` header matches. So a user or password Flower cannot
+carry is refused before Flower starts. Options passed through to Flower may
+not set where it listens, its basic auth or a config file (which can set
+either): those go through toolexec's own options and settings, or the
+loopback guard would be one ``-- --address=0.0.0.0`` away.
+
 ``toolexec embedded serve`` runs the bundled Valkey in the foreground, with
 persistence and ``noeviction``, for process managers (the Procfile) that
 expect each service to stay in the foreground.
@@ -28,12 +37,21 @@ from toolexec.settings import Settings
 __all__ = [
     "SERVE_PORT",
     "basic_auth",
+    "credential_problem",
     "flower",
     "is_loopback",
+    "refused_passthrough",
     "register_published_tools",
     "serve_embedded",
     "valkey_args",
 ]
+
+#: Flower options that decide where it listens or who gets in: set only by toolexec.
+_GUARDED_OPTIONS = frozenset({"address", "port", "unix-socket", "basic-auth", "conf"})
+
+#: Flower reads every option from ``FLOWER_<NAME>`` too; toolexec removes these from
+#: Flower's environment (a Procfile may well set FLOWER_PORT for its own use).
+_GUARDED_ENV = ("FLOWER_ADDRESS", "FLOWER_PORT", "FLOWER_UNIX_SOCKET", "FLOWER_CONF")
 
 
 def is_loopback(address: str) -> bool:
@@ -46,12 +64,45 @@ def is_loopback(address: str) -> bool:
         return False
 
 
+def credential_problem(user: str, password: str) -> str | None:
+    """Why Flower's ``FLOWER_BASIC_AUTH`` cannot carry this pair as it is, or None.
+
+    Never quotes the password: the answer is printed.
+    """
+    if "," in user or "," in password:
+        return "Flower splits its basic-auth setting on commas, so neither may contain one"
+    if ":" in user:
+        return "a basic-auth user name cannot contain ':'"
+    if not (user + password).isprintable():
+        return "the user and password must be printable characters"
+    return None
+
+
 def basic_auth(settings: Settings) -> str | None:
-    """``user:password`` for Flower, or None when the settings give no complete pair."""
+    """``user:password`` for Flower, or None when the settings give no complete pair.
+
+    Raises :class:`click.ClickException` for a pair Flower would mangle.
+    """
     password = settings.flower_password.get_secret_value() if settings.flower_password else ""
     if not settings.flower_user or not password:
         return None
+    problem = credential_problem(settings.flower_user, password)
+    if problem is not None:
+        raise click.ClickException(
+            f"refusing TOOLEXEC_FLOWER_USER/TOOLEXEC_FLOWER_PASSWORD: {problem}; "
+            "choose another password"
+        )
     return f"{settings.flower_user}:{password}"
+
+
+def refused_passthrough(flower_args: tuple[str, ...]) -> str | None:
+    """The first pass-through option that would change where Flower listens or who gets
+    in, or None."""
+    for arg in flower_args:
+        name = arg.lstrip("-").split("=", 1)[0].replace("_", "-").lower()
+        if arg.startswith("-") and name in _GUARDED_OPTIONS:
+            return f"option --{name}"
+    return None
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -66,6 +117,12 @@ def flower(address: str | None, port: int | None, flower_args: tuple[str, ...]) 
     options (e.g. --persistent=True) are passed through.
     """
     settings = Settings.from_env()
+    refused = refused_passthrough(flower_args)
+    if refused is not None:
+        raise click.ClickException(
+            f"refusing {refused}: where Flower listens and its authentication are set only "
+            "with toolexec flower --address/--port and TOOLEXEC_FLOWER_* settings"
+        )
     listen = settings.flower_address if address is None else address
     auth = basic_auth(settings)
     if auth is None and not is_loopback(listen):
@@ -73,6 +130,8 @@ def flower(address: str | None, port: int | None, flower_args: tuple[str, ...]) 
             f"refusing to serve Flower on {listen!r} without authentication: set "
             "TOOLEXEC_FLOWER_USER and TOOLEXEC_FLOWER_PASSWORD, or listen on 127.0.0.1"
         )
+    for name in _GUARDED_ENV:
+        os.environ.pop(name, None)
     if auth is not None:
         os.environ["FLOWER_BASIC_AUTH"] = auth
     else:
