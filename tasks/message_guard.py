@@ -112,8 +112,8 @@ class _Guard:
         context = call_context(_payload(message))
         fate = unknown_task_fate(name, handback_count(headers), context, time.time())
         if isinstance(fate, GiveUp):
-            self._answer(context, fate.reason)
             self.refuse(message, f"unregistered task of type {oneline(name)!r}: {fate.reason}")
+            self._answer(context, fate.reason)
             return
         log.warning(
             "Received unregistered task of type %r id=%s; handing it back for a worker "
