@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -136,3 +137,49 @@ def deployment(
 
 def dead_letters(client: Any, key: str) -> list[dict[str, Any]]:
     return [json.loads(raw) for raw in client.lrange(key, 0, -1)]
+
+
+class EventLog:
+    """Every Celery event on the broker, as Flower receives them, collected in a thread."""
+
+    def __init__(self, client: ToolClient) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._conn = client.app.connection_for_read()
+        self._receiver = client.app.events.Receiver(self._conn, handlers={"*": self.events.append})
+        self._thread = threading.Thread(target=self._capture, daemon=True)
+
+    def _capture(self) -> None:
+        self._receiver.capture(limit=None, timeout=None, wakeup=True)
+
+    def __enter__(self) -> EventLog:
+        self._thread.start()
+        # the wake-up makes workers send a heartbeat at once: once it is here, the
+        # receiver is subscribed and no task event is missed
+        assert eventually(lambda: self.events, 15), "no event from the worker"
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._receiver.should_stop = True
+        self._thread.join(5)
+        self._conn.release()
+
+
+def redis_values(client: Any) -> Iterator[tuple[str, str]]:
+    """Every key of the database with its whole value as text, whatever its type."""
+    for key in client.scan_iter(count=500):
+        kind = client.type(key)
+        if kind == "string":
+            value: Any = client.get(key)
+        elif kind == "hash":
+            value = client.hgetall(key)
+        elif kind == "list":
+            value = client.lrange(key, 0, -1)
+        elif kind == "set":
+            value = client.smembers(key)
+        elif kind == "zset":
+            value = client.zrange(key, 0, -1, withscores=True)
+        elif kind == "stream":
+            value = client.xrange(key)
+        else:
+            value = ""
+        yield key, repr(value)
