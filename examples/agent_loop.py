@@ -173,7 +173,8 @@ class ScriptedModel:
         if stopped is None:
             return "I have no more tool calls to make."
         found = "; ".join(
-            f"{r['tool']} {json.dumps(r['arguments'])} -> {json.dumps(_data(r['result']))}"
+            # the guard keeps a hash of each call's arguments, never the values (secrets)
+            f"{r['tool']} -> {json.dumps(_data(r['result']))}"
             for r in stopped["last_results"]
         )
         stuck = stopped["stuck_on"]

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolexec.guard.model import (
-    ARGUMENTS_CHARS,
     MAX_LEVEL,
     Decision,
     Finding,
@@ -19,7 +18,6 @@ from toolexec.guard.model import (
     Rung,
     RunState,
     digest,
-    excerpt,
     fingerprint,
 )
 from toolexec.policies import RunBudget
@@ -76,8 +74,8 @@ def _canonical_rotation(gram: tuple[str, ...]) -> tuple[str, ...]:
 def _described(state: RunState, key: str) -> dict[str, Any]:
     record = state.calls.get(key)
     if record is None:
-        return {"tool": "?", "arguments": None}
-    return {"tool": record.tool, "arguments": record.arguments}
+        return {"tool": "?", "call": key}
+    return {"tool": record.tool, "call": key}
 
 
 def findings(state: RunState, key: str) -> list[Finding]:
@@ -95,7 +93,7 @@ def findings(state: RunState, key: str) -> list[Finding]:
                 {
                     "pattern": "repeat",
                     "tool": record.tool,
-                    "arguments": record.arguments,
+                    "call": key,
                     "times": count,
                 },
             )
@@ -123,7 +121,7 @@ def stalled(state: RunState, ran: Sequence[tuple[Decision, ToolResult]]) -> Find
     state.last_fingerprint = mark
     if state.streak < state.budget.no_progress_rounds:
         return None
-    calls = [{"tool": d.tool, "arguments": excerpt(d.arguments, ARGUMENTS_CHARS)} for d, _ in ran]
+    calls = [{"tool": d.tool, "call": d.key} for d, _ in ran]
     return Finding(
         f"no_progress:{mark}",
         Pattern.NO_PROGRESS,

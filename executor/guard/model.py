@@ -100,6 +100,8 @@ class CallRecord(BaseModel):
     """One distinct call of the run: what it was, how often, what it last returned."""
 
     tool: str
+    #: Left empty: the call's key (a hash of tool and arguments) stands for them. Still
+    #: read from states written before, which held the arguments themselves.
     arguments: Any = None
     requested: int = 0
     ran: int = 0

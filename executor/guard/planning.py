@@ -13,7 +13,6 @@ from typing import Any
 from toolexec.errors import ErrorType, UsageError
 from toolexec.guard.detection import climb, escalate, findings, spent_budget, stalled
 from toolexec.guard.model import (
-    ARGUMENTS_CHARS,
     EXCERPT_CHARS,
     LAST_RESULTS,
     MAX_ALTERNATIVES,
@@ -50,9 +49,9 @@ __all__ = ["alternatives_to", "plan_round", "settle_round"]
 
 
 def _remember_request(state: RunState, key: str, tool: str, arguments: Any) -> None:
-    record = state.calls.pop(key, None) or CallRecord(
-        tool=tool, arguments=excerpt(arguments, ARGUMENTS_CHARS)
-    )
+    # the key (a hash of tool and arguments) stands for the arguments: the state lives in
+    # Redis for a day, and arguments may hold secrets
+    record = state.calls.pop(key, None) or CallRecord(tool=tool)
     record.requested += 1
     state.calls[key] = record  # re-inserted: the dict's order is least recently used first
     while len(state.calls) > MAX_CALLS:
@@ -159,16 +158,8 @@ def _record(state: RunState, decision: Decision, result: ToolResult) -> bool:
     else:
         state.errors += 1
         state.consecutive_failures += 1
-    entry = {
-        "tool": decision.tool,
-        "arguments": excerpt(decision.arguments, ARGUMENTS_CHARS),
-        "result": shown,
-    }
-    others = [
-        e
-        for e in state.last_results
-        if (e["tool"], e["arguments"]) != (entry["tool"], entry["arguments"])
-    ]
+    entry = {"tool": decision.tool, "call": decision.key, "result": shown}
+    others = [e for e in state.last_results if e.get("call") != entry["call"]]
     state.last_results = [*others, entry][-LAST_RESULTS:]  # the latest of distinct calls
     return new
 

@@ -51,8 +51,8 @@ _STOP = (
 def _summary(state: RunState, now: float, stuck: dict[str, Any] | None) -> dict[str, Any]:
     """What the model needs to wrap up: what ran, where it got stuck, the last results."""
     completed = [
-        {"tool": r.tool, "arguments": r.arguments, "times": r.ran, "last_status": r.status}
-        for r in state.calls.values()
+        {"tool": r.tool, "call": key, "times": r.ran, "last_status": r.status}
+        for key, r in state.calls.items()
         if r.ran
     ]
     return {

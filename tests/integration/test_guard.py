@@ -24,6 +24,7 @@ from toolexec.adapters import Format
 from toolexec.client import ToolClient
 from toolexec.clock import ManualClock
 from toolexec.errors import BrokerUnavailableError, ErrorType
+from toolexec.guard.model import call_key
 from toolexec.policies import RunBudget
 from toolexec.settings import Settings
 
@@ -112,7 +113,12 @@ def test_the_same_call_repeated_escalates_nudge_then_disable_then_abort(
     summary = aborted["error"]["details"]["summary"]
     assert summary["stuck_on"]["tool"] == "pause"
     assert summary["completed_calls"] == [
-        {"tool": "pause", "arguments": {"seconds": 0}, "times": 3, "last_status": "ok"}
+        {
+            "tool": "pause",
+            "call": call_key("pause", {"seconds": 0}),
+            "times": 3,
+            "last_status": "ok",
+        }
     ]
     assert summary["last_results"][-1]["result"] == {"status": "ok", "data": 0}
 

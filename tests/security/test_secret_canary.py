@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -134,7 +133,7 @@ def test_a_canary_secret_is_nowhere_after_failing_timing_out_invalid_and_retried
     assert results[1].attempts == 2 and results[3].attempts == 2
     assert final and seen
     assert "HTTP Request:" in fleet.log()  # httpx's own lines were logged, scrubbed
-    assert any("task-failed" == e["type"] for e in events.events)
+    assert any(e["type"] == "task-failed" for e in events.events)
 
     places = {
         "results": "\n".join(r.model_dump_json() for r in results),

@@ -22,6 +22,7 @@ from toolexec.guard import (
     plan_round,
     settle_round,
 )
+from toolexec.guard.model import call_key
 from toolexec.policies import RunBudget
 from toolexec.results import ErrorInfo, ToolResult
 
@@ -156,15 +157,16 @@ def test_the_abort_summary_names_completed_calls_the_stuck_point_and_last_result
         last = run.one("search", q="x")
 
     summary = details(last)["summary"]
+    search, lookup = call_key("search", {"q": "x"}), call_key("lookup", {"id": 7})
     assert summary["stuck_on"] == {
         "pattern": "repeat",
         "tool": "search",
-        "arguments": {"q": "x"},
+        "call": search,
         "times": 5,
     }
     assert summary["completed_calls"] == [
-        {"tool": "lookup", "arguments": {"id": 7}, "times": 1, "last_status": "ok"},
-        {"tool": "search", "arguments": {"q": "x"}, "times": 3, "last_status": "ok"},
+        {"tool": "lookup", "call": lookup, "times": 1, "last_status": "ok"},
+        {"tool": "search", "call": search, "times": 3, "last_status": "ok"},
     ]
     assert [r["tool"] for r in summary["last_results"]] == ["lookup", "search"]
     assert summary["rounds"] == 6
@@ -426,3 +428,14 @@ def test_settling_with_the_wrong_number_of_results_is_a_usage_error() -> None:
     results: Sequence[ToolResult | None] = []
     with pytest.raises(UsageError, match="1 calls were planned, 0 results"):
         settle_round(state, plan, results, now=0.0)
+
+
+def test_the_run_state_keeps_hashes_of_arguments_never_their_values() -> None:
+    """The state lives in Redis for a day; a call's arguments may hold a secret (issue 18)."""
+    run = Run(answer=lambda tool, arguments: ok(tool, {"found": 1}))
+    for _ in range(5):
+        run.one("search", q="x", token="canary-s3cret")
+        run.one("lookup", id=1, password="canary-s3cret")
+
+    assert run.state is not None
+    assert "canary-s3cret" not in run.state.model_dump_json()
