@@ -1,4 +1,4 @@
-"""Issue 18, item 3: Flower's basic auth cannot be split open, nor its loopback guard skipped.
+"""Flower's basic auth cannot be split open, nor its loopback guard skipped.
 
 Before: ``toolexec flower`` passed ``user:password`` in ``FLOWER_BASIC_AUTH``,
 which Flower splits on commas: with the password ``Fl0wer,pass`` the real

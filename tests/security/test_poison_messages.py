@@ -1,4 +1,4 @@
-"""Issue 18, item 1: a poison message must not take down the worker that reads it.
+"""A poison message must not take down the worker that reads it.
 
 Before: Celery 5.7's handler raised an uncaught TypeError/ValueError on each of
 these bodies, the worker exited and the message went back to the head of the
@@ -14,8 +14,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from hostile_support import Deployment, dead_letters, deployment, eventually, rabbitmq_url
 
+from security.hostile_support import Deployment, dead_letters, deployment, eventually, rabbitmq_url
 from toolexec.connection import redis_client
 from toolexec.keys import Keys
 from toolexec.settings import Settings

@@ -1,4 +1,4 @@
-"""Issue 18, item 5: a canary secret, sent every way a caller can send one, leaves no trace.
+"""A canary secret, sent every way a caller can send one, leaves no trace.
 
 Before: URL userinfo and credential query parameters showed verbatim in
 results, worker log lines (``RetryLater``, ``ToolFailed``), httpx's own
@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hostile_support import Deployment, EventLog, deployment, eventually, redis_values
 from ops_support import FlowerProcess
 
+from security.hostile_support import Deployment, EventLog, deployment, eventually, redis_values
 from toolexec.connection import redis_client
 from toolexec.results import ToolResult
 from toolexec.settings import Settings

@@ -1,4 +1,4 @@
-"""Issue 18, items 5 and 11: a worker that lacks a task neither drops it nor leaks it.
+"""A worker that lacks a task neither drops it nor leaks it.
 
 Before: a worker without the tool (a rolling deploy) logged the whole message
 body at ERROR, dropped the call (the caller waited until ``deadline_exceeded``)
@@ -18,8 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostile_support import Deployment, dead_letters, deployment, eventually
 
+from security.hostile_support import Deployment, dead_letters, deployment, eventually
 from toolexec.connection import redis_client
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType

@@ -431,7 +431,7 @@ def test_settling_with_the_wrong_number_of_results_is_a_usage_error() -> None:
 
 
 def test_the_run_state_keeps_hashes_of_arguments_never_their_values() -> None:
-    """The state lives in Redis for a day; a call's arguments may hold a secret (issue 18)."""
+    """The state lives in Redis for a day; a call's arguments may hold a secret."""
     run = Run(answer=lambda tool, arguments: ok(tool, {"found": 1}))
     for _ in range(5):
         run.one("search", q="x", token="canary-s3cret")

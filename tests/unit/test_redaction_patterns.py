@@ -1,4 +1,4 @@
-"""Credentials recognised by their shape, not only by a list of names (issue 18, item 5)."""
+"""Credentials recognised by their shape, not only by a list of names."""
 
 from __future__ import annotations
 
