@@ -19,7 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from security.hostile_support import Deployment, dead_letters, deployment, eventually
+from security.hostile_support import (
+    Deployment,
+    dead_letters,
+    deployment,
+    eventually,
+    rabbitmq_url,
+)
 from toolexec.connection import redis_client
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
@@ -32,13 +38,17 @@ pytestmark = pytest.mark.integration
 MARK = f"unknown-{uuid.uuid4().hex}"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["redis", "rabbitmq"])
 def old_fleet(
-    settings: Settings, worker_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    settings: Settings,
+    worker_env: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Deployment]:
     """A worker deployed before ``sec_new`` existed."""
-    log = tmp_path_factory.mktemp("unknown") / "old-worker.log"
-    with deployment(settings, worker_env, log) as found:
+    broker = rabbitmq_url() if request.param == "rabbitmq" else None
+    log = tmp_path_factory.mktemp("unknown") / f"old-worker-{request.param}.log"
+    with deployment(settings, worker_env, log, broker=broker) as found:
         yield found
 
 
