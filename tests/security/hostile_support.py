@@ -104,6 +104,7 @@ def deployment(
     broker: str | None = None,
     tools: str = "security_tools",
     extra_env: dict[str, str] | None = None,
+    pool: str = "threads",
 ) -> Iterator[Deployment]:
     """A worker of ``tools`` on its own prefix and queue (and broker, when given)."""
     tag = uuid.uuid4().hex[:8]

@@ -42,7 +42,7 @@ POISON_BODIES: list[object] = [
 ]
 
 
-@pytest.fixture(scope="module", params=["redis", "rabbitmq"])
+@pytest.fixture(scope="module", params=["redis", "rabbitmq", "redis-prefork"])
 def fleet(
     request: pytest.FixtureRequest,
     settings: Settings,
@@ -51,7 +51,9 @@ def fleet(
 ) -> Iterator[Deployment]:
     broker = rabbitmq_url() if request.param == "rabbitmq" else None
     log = tmp_path_factory.mktemp("poison") / f"worker-{request.param}.log"
-    with deployment(settings, worker_env, log, broker=broker) as found:
+    with deployment(
+        settings, worker_env, log, broker=broker, pool=request.param.partition("-")[2] or "threads"
+    ) as found:
         yield found
 
 

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.integration
 MARK = f"unknown-{uuid.uuid4().hex}"
 
 
-@pytest.fixture(scope="module", params=["redis", "rabbitmq"])
+@pytest.fixture(scope="module", params=["redis", "rabbitmq", "redis-prefork"])
 def old_fleet(
     request: pytest.FixtureRequest,
     settings: Settings,
@@ -48,7 +48,9 @@ def old_fleet(
     """A worker deployed before ``sec_new`` existed."""
     broker = rabbitmq_url() if request.param == "rabbitmq" else None
     log = tmp_path_factory.mktemp("unknown") / f"old-worker-{request.param}.log"
-    with deployment(settings, worker_env, log, broker=broker) as found:
+    with deployment(
+        settings, worker_env, log, broker=broker, pool=request.param.partition("-")[2] or "threads"
+    ) as found:
         yield found
 
 
