@@ -124,9 +124,8 @@ def deployment(
     }
     if settings.broker_url:
         env["TOOLEXEC_BROKER_URL"] = settings.broker_url
-    proc = WorkerProcess(
-        tools, env, queues=settings.default_queue, concurrency=4, log_path=log_path
-    )
+    queue = settings.default_queue
+    proc = WorkerProcess(tools, env, queues=queue, concurrency=4, log_path=log_path, pool=pool)
     proc.start(settings.redis_url or "", settings.key_prefix)
     try:
         with ToolClient(settings) as client:
