@@ -189,3 +189,21 @@ def _port_closed(port: int) -> bool:
 
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_the_attack_itself_still_works_on_flower_started_without_toolexec(
+    worker: WorkerProcess, worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Given plain ``celery flower`` with ``FLOWER_BASIC_AUTH=admin:Fl0wer-pass,`` (what
+    ``toolexec flower`` used to pass for that password), then ``Authorization: Basic =`` gets
+    in: why toolexec refuses such a password instead of passing it on."""
+    env = {**worker_env, "FLOWER_BASIC_AUTH": f"{USER}:{PASSWORD},"}
+    command = ("-m", "celery", "-A", "toolexec.app", "flower", "--address=127.0.0.1")
+    proc = FlowerProcess(env, USER, PASSWORD, tmp_path / "flower.log", command=command)
+    proc.start(worker.hostname)
+    try:
+        empty = _status(proc.url + "/api/tasks", "Basic =")
+    finally:
+        proc.stop()
+
+    assert empty == 200

@@ -120,3 +120,14 @@ def test_a_well_shaped_body_with_hostile_headers_is_refused_too(
     assert MARK not in fleet.log()
     assert fleet.client.call("sec_echo", {"text": "ok"}, timeout=20).ok
     assert fleet.alive()
+
+
+def test_a_body_that_is_not_json_is_refused_without_logging_it(fleet: Deployment) -> None:
+    """Given bytes that do not decode as the JSON they claim to be, then the message is
+    refused and dead-lettered by id, and neither the bytes nor a traceback are logged."""
+    task_id = fleet.publish_raw("tools.sec_echo", f"[[], {{'{MARK}': ".encode())
+
+    assert eventually(lambda: f"refused task message id={task_id} " in fleet.log())
+    assert MARK not in fleet.log()
+    assert fleet.client.call("sec_echo", {"text": "ok"}, timeout=20).ok
+    assert fleet.alive()
