@@ -103,6 +103,10 @@ class _Guard:
 
     def unknown(self, name: str) -> Handler:
         def unregistered(message: Any, body: Any, *args: Any, **kwargs: Any) -> None:
+            problem = _problem(message, body)  # malformed is refused at once, known or not
+            if problem is not None:
+                self.refuse(message, problem)
+                return
             self.on_unknown(name, message)
 
         return unregistered
