@@ -12,6 +12,7 @@ from celery import signals
 
 from toolexec import tracing
 from toolexec.app import app
+from toolexec.logs import scrub_handlers
 from toolexec.registry import default_registry
 from toolexec.tasks import http, lease_sweeper
 from toolexec.tasks.catalog_publisher import (
@@ -42,6 +43,10 @@ signals.worker_ready.connect(on_worker_ready, weak=False)
 # a worker that stops leaves the live set at once (a remote shutdown sends only the second)
 signals.worker_shutting_down.connect(on_worker_shutting_down, weak=False)
 signals.worker_shutdown.connect(on_worker_shutting_down, weak=False)
+# every log line scrubbed of credentials and kept on one line, under `celery -A toolexec.app
+# worker` too (`toolexec worker` installs the same in toolexec.logs.install)
+signals.after_setup_logger.connect(scrub_handlers, weak=False)
+signals.after_setup_task_logger.connect(scrub_handlers, weak=False)
 # hands calls of a worker that died on to live ones (toolexec.idempotency)
 signals.worker_ready.connect(lease_sweeper.on_worker_ready, weak=False)
 # a span per attempt when OTEL_* asks for traces (toolexec.tracing)
