@@ -55,6 +55,10 @@ MAX_HANDBACKS = 100
 _MIN_PAUSE_S = 0.1
 _MAX_PAUSE_S = 0.5
 
+#: Give up this long before the call's deadline, so that the caller's answer
+#: (``unavailable``) reaches it while it still waits.
+_ANSWER_MARGIN_S = 1.0
+
 #: Task names whose unknown messages are worth handing back: only toolexec's
 #: tools are ever deployed to some workers before others.
 _TOOL_TASK_PREFIX = "tools."
@@ -192,7 +196,7 @@ def unknown_task_fate(
         return GiveUp(f"no worker that serves {name!r} took it after {handbacks} hand-backs")
     deadline = _deadline(context)
     delay = _MIN_PAUSE_S + (_MAX_PAUSE_S - _MIN_PAUSE_S) * (rng or _RNG).random()
-    if deadline is not None and now + delay >= deadline:
+    if deadline is not None and now + delay + _ANSWER_MARGIN_S >= deadline:
         return GiveUp(f"no worker that serves {name!r} took it before its deadline")
     return HandBack(delay=delay, count=handbacks + 1)
 
