@@ -91,7 +91,7 @@ def is_credential_name(name: str) -> bool:
 
 
 #: What :func:`scrub_text` looks for: a cheap test first, since most text has none.
-_MAYBE = re.compile(r"://|=|bearer|basic|token|key", re.IGNORECASE)
+_MAYBE = re.compile(r":|=|bearer|basic|digest|token", re.IGNORECASE)
 _URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>`]+")
 _USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/?#@]*)@", re.IGNORECASE)
 _PAIR = re.compile(r"([?&#;]|^)([^=&#;?\s]+)=([^&#;\s]*)")

@@ -51,6 +51,8 @@ def test_ordinary_names_are_shown(name: str) -> None:
         f"upstream said: Authorization: Bearer {CANARY}",
         f"login failed: password={CANARY}",
         f"https://{CANARY}@github.com/org/repo.git",
+        f"upstream header Authorization: {CANARY}",
+        f"the pin: {CANARY} was refused",
     ],
 )
 def test_scrub_text_masks_every_shape_of_credential_in_text(text: str) -> None:
