@@ -14,6 +14,7 @@ Redis key of the database, the results and the replies for the model.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +24,8 @@ from ops_support import FlowerProcess
 
 from security.hostile_support import Deployment, EventLog, deployment, eventually, redis_values
 from toolexec.connection import redis_client
+from toolexec.context import CallContext
+from toolexec.keys import Keys
 from toolexec.results import ToolResult
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply
@@ -98,12 +101,35 @@ def _tool_call(index: int, tool: str, arguments: dict[str, Any]) -> dict[str, An
     return {"id": f"call_{index}", "type": "function", "function": function}
 
 
+def _invalid_on_the_worker(fleet: Deployment) -> ToolResult:
+    """A call the client would have refused, published as is: the worker's model refuses it."""
+    ctx = CallContext(
+        call_id=uuid.uuid4().hex,
+        tool="http_request",
+        deadline=time.time() + 20,
+        submitted_at=time.time(),
+        reply_to=uuid.uuid4().hex,
+    )
+    arguments = {
+        "url": f"http://ada:{CANARY}@h.example/?token={CANARY}",
+        "headers": {"Authorization": f"Bearer {CANARY}", "X-Count": 1},
+        "method": "TRACE",
+    }
+    body = [[], {"arguments": arguments, "context": ctx.to_json()}, {}]
+    fleet.publish_raw("tools.http_request", json.dumps(body).encode(), id=ctx.call_id)
+    redis = redis_client(fleet.settings.redis_url or "")
+    popped = redis.blpop([Keys(fleet.settings.key_prefix).reply(ctx.reply_to)], timeout=20)
+    assert popped is not None, fleet.log()[-3000:]
+    return ToolResult.model_validate_json(popped[1])
+
+
 def test_a_canary_secret_is_nowhere_after_failing_timing_out_invalid_and_retried_calls(
     fleet: Deployment, flower: FlowerProcess, flaky: FlakyServer
 ) -> None:
     calls = _hostile_calls(flaky)
     with EventLog(fleet.client) as events:
         results = [fleet.client.call(tool, arguments, timeout=20) for tool, arguments in calls]
+        results.append(_invalid_on_the_worker(fleet))
         replies = fleet.client.run_tool_calls(
             [_tool_call(i, tool, arguments) for i, (tool, arguments) in enumerate(calls)],
             run_id=f"run-{uuid.uuid4().hex[:8]}",
@@ -111,7 +137,9 @@ def test_a_canary_secret_is_nowhere_after_failing_timing_out_invalid_and_retried
         )
         ids = [r.call_id for r in results]
         final = eventually(
-            lambda: all(flower.task(i).get("state") in ("SUCCESS", "FAILURE") for i in ids[:4]),
+            lambda: all(
+                flower.task(i).get("state") in ("SUCCESS", "FAILURE") for i in [*ids[:4], ids[6]]
+            ),
             timeout=30,
         )
         seen = eventually(
@@ -130,6 +158,8 @@ def test_a_canary_secret_is_nowhere_after_failing_timing_out_invalid_and_retried
     assert "timeout" in (results[2].error.type, results[2].error.details["last_error"]["type"])
     assert results[4].error is not None and results[4].error.type == "invalid_arguments"
     assert results[5].error is not None and results[5].error.type == "invalid_arguments"
+    assert results[6].error is not None and results[6].error.type == "invalid_arguments"
+    assert "headers" in results[6].error.message, results[6].error.message
     assert results[1].attempts == 2 and results[3].attempts == 2
     assert final and seen
     assert "HTTP Request:" in fleet.log()  # httpx's own lines were logged, scrubbed
