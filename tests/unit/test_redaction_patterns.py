@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import logging
-import uuid
 
 import pydantic
 import pytest
-import redis
 
-from toolexec import catalog
 from toolexec.errors import ErrorType
-from toolexec.keys import WORKER_FORGET_S, Keys
 from toolexec.logs import Scrubbed, oneline
 from toolexec.redaction import REDACTED, is_credential_name, redact, scrub_text, shown_kwargs
 from toolexec.registry import Registry, tool
@@ -142,19 +138,3 @@ def test_the_log_filter_scrubs_a_traceback() -> None:
 def test_oneline_escapes_and_cuts() -> None:
     assert oneline("a\r\nb\x1b[2J") == "a\\r\\nb\\x1b[2J"
     assert len(oneline("x" * 500)) == 200
-
-
-def test_the_workers_set_forgets_workers_silent_for_an_hour(rdb: redis.Redis) -> None:
-    keys = Keys(f"t-{uuid.uuid4().hex[:8]}")
-    now = 1_000_000.0
-    catalog.publish(rdb, keys, [], "q", "old@h", now - WORKER_FORGET_S - 1)
-    catalog.publish(rdb, keys, [], "q", "recent@h", now - 60)
-    catalog.publish(rdb, keys, [], "q", "me@h", now)
-
-    members = set(rdb.zrange(keys.workers(), 0, -1))  # type: ignore[arg-type]
-    catalog.forget_worker(rdb, keys, "me@h")
-    after = set(rdb.zrange(keys.workers(), 0, -1))  # type: ignore[arg-type]
-    rdb.delete(keys.workers())
-
-    assert members == {"recent@h", "me@h"}
-    assert after == {"recent@h"}
