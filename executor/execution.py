@@ -42,7 +42,7 @@ from toolexec.layers import (
     Verdict,
     compose,
 )
-from toolexec.redaction import secret_names
+from toolexec.redaction import scrub_text, secret_names
 from toolexec.results import ErrorInfo, Timings, ToolResult
 from toolexec.retry import decide
 from toolexec.runner import Runner
@@ -128,7 +128,8 @@ def _error_json(failure: ToolException) -> dict[str, Any] | None:
     """What an attempt met, to carry to the next one; a refusal (circuit_open) is no news."""
     if failure.error_type == ErrorType.CIRCUIT_OPEN:
         return None
-    return {"type": str(failure.error_type), "message": failure.message}
+    # it travels in the retry's message and kwargsrepr (events, Flower): no credentials
+    return {"type": str(failure.error_type), "message": scrub_text(failure.message)}
 
 
 def with_last_error(info: ErrorInfo, ctx: CallContext) -> ErrorInfo:

@@ -233,7 +233,10 @@ def shown_kwargs(kwargs: Mapping[str, Any], secrets: frozenset[str] = frozenset(
     call, close to a tenth of a publish. The kwargs are JSON, so the built-in
     ``repr`` is safe and shows the same text.
     """
-    arguments = kwargs.get("arguments")  # the call's context holds no secrets
+    arguments = kwargs.get("arguments")
     shown = {**kwargs, "arguments": redact(arguments, secrets)} if arguments else kwargs
+    context = kwargs.get("context")  # ids and timings, but also the last error's text
+    if context:
+        shown = {**shown, "context": redact(context)}
     text = repr(shown)
     return text if len(text) <= REPR_LIMIT else text[: REPR_LIMIT - 3] + "..."
