@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
+from toolexec.policies import BreakerPolicy
 
 
 @tool(timeout=5, max_attempts=1, breaker=BreakerPolicy(enabled=False))
