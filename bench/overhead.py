@@ -17,7 +17,7 @@ Redis commands per call (``INFO commandstats`` deltas); CPU seconds per call of
 worker, caller and server (``/proc``). With ``--peers`` (extra ``[bench]``),
 Dramatiq runs the same no-op afterwards (arq cannot share kombu's redis-py).
 
-Usage: ``python bench/overhead.py [--quick] [--rounds N] [--peers] [...]``; see
+Usage: ``python bench/overhead.py [--quick] [--rounds N] [--peers] [--only fanout,burst]``; see
 ``--help``. The process exits 0 whatever the figures (``--strict`` exits 1
 when a target is missed), and non-zero when a call fails.
 """
@@ -64,6 +64,9 @@ BURST_TARGET = 1.5
 FANOUT_TARGET = 1.3
 CALL_TIMEOUT_S = 600.0  # a stuck worker ends the run instead of hanging it
 FANOUT_QUEUE = "bench-fanout"  # bench_tools.bench_fanout_sleep's queue
+#: The figures a run can be limited to (``--only``); the commands and CPU per call are
+#: measured with the sequential and burst rounds they belong to.
+FIGURES = frozenset({"sequential", "burst", "fanout"})
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class Config:
     concurrency: int = 8
     peers: bool = False
     strict: bool = False
+    only: frozenset[str] = FIGURES
 
 
 QUICK: dict[str, Any] = {
@@ -105,10 +109,23 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     add("--concurrency", type=int, help="thread slots of the no-op workers (8)")
     add("--peers", action="store_true", help="Dramatiq on the same no-op too (extra [bench])")
     add("--strict", action="store_true", help="exit 1 when a target is missed")
+    add(
+        "--only",
+        type=_figures,
+        help="comma-separated figures to measure, of " + ",".join(sorted(FIGURES)) + " (all)",
+    )
     args = vars(parser.parse_args(argv))
     config = replace(Config(), **QUICK) if args.pop("quick") else Config()
     given = {name: value for name, value in args.items() if value not in (None, False)}
     return replace(config, **given)
+
+
+def _figures(text: str) -> frozenset[str]:
+    chosen = frozenset(part.strip() for part in text.split(",") if part.strip())
+    unknown = chosen - FIGURES
+    if unknown or not chosen:
+        raise argparse.ArgumentTypeError(f"choose among {', '.join(sorted(FIGURES))}")
+    return chosen
 
 
 # -- what is measured around every round --------------------------------------------
@@ -343,33 +360,35 @@ def _sequential(side: Side, meter: Meter, calls: int) -> list[float]:
 
 
 def measure_noops(cfg: Config, sides: Sequence[Side], out: dict[str, Figures]) -> None:
-    """Sequential round trips, then bursts, each in interleaved rounds."""
-    progress(f"sequential: {cfg.rounds} round(s) of {cfg.calls} calls per side")
+    """Sequential round trips, then bursts, each in interleaved rounds (those asked for)."""
     for side in sides:
         for _ in range(cfg.warmup):
             side.round_trip()
         out[side.name].seq_meter = Meter(dict(side.pids), side.server)
         out[side.name].burst_meter = Meter(dict(side.pids), side.server)
-    runs = interleave(
-        cfg.rounds,
-        {
-            s.name: _bind(lambda s: _sequential(s, out[s.name].seq_meter, cfg.calls), s)
-            for s in sides
-        },
-    )
-    for name, samples in runs.items():
-        out[name].latencies = [x for run in samples for x in run]
-    n = cfg.burst_calls
-    progress(f"burst: {cfg.rounds} round(s) of {n} no-ops per side")
-    runs_b = interleave(
-        cfg.rounds,
-        {
-            s.name: _bind(lambda s: out[s.name].burst_meter.measure(n, lambda: s.burst(n)), s)
-            for s in sides
-        },
-    )
-    for name, seconds in runs_b.items():
-        out[name].bursts = seconds
+    if "sequential" in cfg.only:
+        progress(f"sequential: {cfg.rounds} round(s) of {cfg.calls} calls per side")
+        runs = interleave(
+            cfg.rounds,
+            {
+                s.name: _bind(lambda s: _sequential(s, out[s.name].seq_meter, cfg.calls), s)
+                for s in sides
+            },
+        )
+        for name, samples in runs.items():
+            out[name].latencies = [x for run in samples for x in run]
+    if "burst" in cfg.only:
+        n = cfg.burst_calls
+        progress(f"burst: {cfg.rounds} round(s) of {n} no-ops per side")
+        runs_b = interleave(
+            cfg.rounds,
+            {
+                s.name: _bind(lambda s: out[s.name].burst_meter.measure(n, lambda: s.burst(n)), s)
+                for s in sides
+            },
+        )
+        for name, seconds in runs_b.items():
+            out[name].bursts = seconds
 
 
 def measure_fanout(cfg: Config, sides: Sequence[Side], out: dict[str, Figures]) -> None:
@@ -415,69 +434,61 @@ def _row(
     ]
 
 
-def report_rows(cfg: Config, figs: dict[str, Figures]) -> tuple[list[list[str]], list[bool]]:
-    rows, verdicts = [], []
-    for q in (50, 95):
-        ms = {k: 1000 * percentile(f.latencies, q) for k, f in figs.items()}
-        ok = ms["toolexec"] / ms[BASE] <= LATENCY_TARGET if q == 50 else None
-        rows.append(
-            _row(f"sequential round trip p{q}, ms", ms, "<= 1.15x" if ok is not None else "-", ok)
-        )
-        verdicts += [ok] if ok is not None else []
+def _latency_rows(figs: dict[str, Figures]) -> tuple[list[list[str]], list[bool]]:
+    rows = []
+    ms = {k: 1000 * percentile(f.latencies, 50) for k, f in figs.items()}
+    ok = ms["toolexec"] / ms[BASE] <= LATENCY_TARGET
+    rows.append(_row("sequential round trip p50, ms", ms, "<= 1.15x", ok))
+    ms = {k: 1000 * percentile(f.latencies, 95) for k, f in figs.items()}
+    rows.append(_row("sequential round trip p95, ms", ms))
+    return rows, [ok]
+
+
+def _burst_rows(cfg: Config, figs: dict[str, Figures]) -> tuple[list[list[str]], list[bool]]:
     rate = {k: cfg.burst_calls / median(f.bursts) for k, f in figs.items()}
     ok = rate["toolexec"] / rate[BASE] >= BURST_TARGET
-    rows.append(
-        _row(
-            f"{cfg.burst_calls} no-ops: delay() each then get() each / call_many, calls/s",
-            rate,
-            ">= 1.5x",
-            ok,
-            0,
-        )
-    )
-    verdicts.append(ok)
+    figure = f"{cfg.burst_calls} no-ops: delay() each then get() each / call_many, calls/s"
+    return [_row(figure, rate, ">= 1.5x", ok, 0)], [ok]
+
+
+def _fanout_rows(cfg: Config, figs: dict[str, Figures]) -> tuple[list[list[str]], list[bool]]:
     ideal = math.ceil(cfg.fanout_calls / cfg.fanout_slots) * cfg.fanout_sleep
     wall = {k: median(f.fanouts) for k, f in figs.items()}
     ok = wall["toolexec"] / ideal <= FANOUT_TARGET
-    rows.append(
-        _row(
-            f"fan-out {cfg.fanout_calls} x {cfg.fanout_sleep} s on {cfg.fanout_slots} slots, "
-            f"wall s (ideal {ideal:.2f}; ratio vs ideal)",
-            wall,
-            "<= 1.3x ideal",
-            ok,
-            3,
-            wall["toolexec"] / ideal,
-        )
+    figure = (
+        f"fan-out {cfg.fanout_calls} x {cfg.fanout_sleep} s on {cfg.fanout_slots} slots, "
+        f"wall s (ideal {ideal:.2f}; ratio vs ideal)"
     )
-    verdicts.append(ok)
+    return [_row(figure, wall, "<= 1.3x ideal", ok, 3, wall["toolexec"] / ideal)], [ok]
+
+
+def _meter_rows(label: str, meters: dict[str, Meter]) -> tuple[list[list[str]], list[bool]]:
+    per_call = {k: m.commands_per_call() for k, m in meters.items()}
+    rows = [_row(f"Redis commands per call, {label}", per_call, digits=1)]
+    for proc in ("worker", "client", "server"):
+        cpu = {k: m.cpu_ms(proc) for k, m in meters.items()}
+        rows.append(_row(f"CPU ms per call, {label}: {proc}", cpu))
+    total = {k: sum(m.cpu_ms(p) for p in ("worker", "client", "server")) for k, m in meters.items()}
+    if label != "burst":
+        return [*rows, _row(f"CPU ms per call, {label}: total", total)], []
+    ok = total["toolexec"] <= total[BASE]
+    return [*rows, _row(f"CPU ms per call, {label}: total", total, "<= 1.0x", ok)], [ok]
+
+
+def report_rows(cfg: Config, figs: dict[str, Figures]) -> tuple[list[list[str]], list[bool]]:
+    """The table's rows for the figures measured, and whether each target was met."""
+    parts = []
+    if "sequential" in cfg.only:
+        parts.append(_latency_rows(figs))
+    if "burst" in cfg.only:
+        parts.append(_burst_rows(cfg, figs))
+    if "fanout" in cfg.only:
+        parts.append(_fanout_rows(cfg, figs))
     for label, pick in (("sequential", "seq_meter"), ("burst", "burst_meter")):
-        meters = {k: getattr(f, pick) for k, f in figs.items()}
-        rows.append(
-            _row(
-                f"Redis commands per call, {label}",
-                {k: m.commands_per_call() for k, m in meters.items()},
-                digits=1,
-            )
-        )
-        for proc in ("worker", "client", "server"):
-            rows.append(
-                _row(
-                    f"CPU ms per call, {label}: {proc}",
-                    {k: m.cpu_ms(proc) for k, m in meters.items()},
-                )
-            )
-        total = {
-            k: sum(m.cpu_ms(p) for p in ("worker", "client", "server")) for k, m in meters.items()
-        }
-        ok = total["toolexec"] <= total[BASE] if label == "burst" else None
-        rows.append(
-            _row(
-                f"CPU ms per call, {label}: total", total, "<= 1.0x" if ok is not None else "-", ok
-            )
-        )
-        verdicts += [ok] if ok is not None else []
-    return rows, [v for v in verdicts if v is not None]
+        if label in cfg.only:
+            parts.append(_meter_rows(label, {k: getattr(f, pick) for k, f in figs.items()}))
+    rows = [row for part in parts for row in part[0]]
+    return rows, [ok for part in parts for ok in part[1]]
 
 
 def notes_for(cfg: Config, figs: dict[str, Figures], loads: list[float]) -> list[str]:
@@ -527,18 +538,20 @@ def run(cfg: Config, stack: contextlib.ExitStack, tmp: Path) -> bool:
         stack.callback(side.close)
     figs = {s.name: Figures() for s in sides}
     loads = [load_average()]
-    progress(f"starting three no-op workers ({cfg.concurrency} slots each)")
-    with contextlib.ExitStack() as workers:
-        for side in sides:
-            workers.enter_context(side.workers(cfg.concurrency, fanout=False))
-        measure_noops(cfg, sides, figs)
-    loads.append(load_average())
-    progress(f"starting three fan-out workers ({cfg.fanout_slots} slots each)")
-    with contextlib.ExitStack() as workers:
-        for side in sides:
-            workers.enter_context(side.workers(cfg.fanout_slots, fanout=True))
-        measure_fanout(cfg, sides, figs)
-    loads.append(load_average())
+    if cfg.only & {"sequential", "burst"}:
+        progress(f"starting three no-op workers ({cfg.concurrency} slots each)")
+        with contextlib.ExitStack() as workers:
+            for side in sides:
+                workers.enter_context(side.workers(cfg.concurrency, fanout=False))
+            measure_noops(cfg, sides, figs)
+        loads.append(load_average())
+    if "fanout" in cfg.only:
+        progress(f"starting three fan-out workers ({cfg.fanout_slots} slots each)")
+        with contextlib.ExitStack() as workers:
+            for side in sides:
+                workers.enter_context(side.workers(cfg.fanout_slots, fanout=True))
+            measure_fanout(cfg, sides, figs)
+        loads.append(load_average())
     passed = print_table(cfg, figs, loads, servers[2].url)
     if cfg.peers:
         from peers import run_peers
