@@ -81,6 +81,7 @@ bench-perf: $(STAMP)
 	$(BIN)/python bench/publish.py
 	$(BIN)/python bench/commands.py
 	$(BIN)/python bench/cpu_profile.py
+	$(BIN)/python bench/runner.py
 
 clean:
 	rm -rf $(VENV) .typecheck .mypy_cache .ruff_cache .pytest_cache

@@ -20,6 +20,22 @@ def test_quick_overhead_benchmark_prints_the_side_by_side_table() -> None:
     assert "command: `" in stdout and "--quick" in stdout
 
 
+def test_overhead_benchmark_measures_only_the_figures_asked_for() -> None:
+    """Given `--only burst`, when `bench/overhead.py` runs, then no fan-out or round trip row."""
+    stdout = run_bench("overhead.py", "--quick", "--only", "burst")
+    assert "delay() each then get() each / call_many" in stdout
+    assert "CPU ms per call, burst: total" in stdout
+    assert "fan-out" not in stdout.split("## toolexec vs plain Celery")[1].split("\n- ")[0]
+    assert "sequential round trip" not in stdout
+
+
+def test_runner_benchmark_compares_a_thread_per_call_with_reused_threads() -> None:
+    """Given a tiny run, when `bench/runner.py` runs, then both ways are in the table."""
+    stdout = run_bench("runner.py", "--calls", "80", "--rounds", "1")
+    assert "thread per call / reused" in stdout
+    assert "| 8 |" in stdout
+
+
 def test_layer_cost_benchmark_prints_a_row_per_layer() -> None:
     """Given a tiny run, when `bench/layers.py` runs, then each layer has a row."""
     stdout = run_bench("layers.py", "--calls", "20", "--rounds", "1")
