@@ -12,6 +12,7 @@ Usage: ``python bench/runner.py [--calls N] [--rounds N]``
 from __future__ import annotations
 
 import argparse
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,9 +29,10 @@ def thread_per_call(func: Callable[..., Any], kwargs: dict[str, Any], limit: flo
     """The old way, kept here as the baseline: a new thread per body, abandoned on time-out."""
     done = threading.Event()
     box: list[Any] = []
+    context = contextvars.copy_context()  # the attempt's context vars, as the runner keeps
 
     def target() -> None:
-        box.append(func(**kwargs))
+        box.append(context.run(func, **kwargs))
         done.set()
 
     threading.Thread(target=target, daemon=True).start()

@@ -138,7 +138,8 @@ class Runner:
     def _run_sync(self, func: Callable[..., Any], kwargs: dict[str, Any], limit: float) -> Any:
         reply = self._threads.submit(func, kwargs)
         try:
-            ok, value = reply.get(timeout=limit)
+            # a limit already spent times out at once (the queue refuses a negative wait)
+            ok, value = reply.get(timeout=max(limit, 0.0))
         except queue.Empty:
             self.abandoned += 1
             log.warning(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 
@@ -72,3 +73,27 @@ def test_idle_threads_beyond_the_cap_or_the_idle_time_exit() -> None:
         caller.join(5)
     _wait_until(lambda: threads.idle() == 2)  # the third exited instead of idling
     _wait_until(lambda: threads.idle() == 0)  # and the two left after their idle time
+
+
+_SPAN: contextvars.ContextVar[str] = contextvars.ContextVar("span", default="none")
+
+
+def test_a_reused_thread_runs_each_body_in_its_callers_context() -> None:
+    threads = _BodyThreads()
+    runner = Runner(threads)
+    seen = []
+    for span in ("first", "second"):
+        token = _SPAN.set(span)
+        try:
+            seen.append(runner.run(_SPAN.get, {}, 5.0))
+        finally:
+            _SPAN.reset(token)
+        _wait_until(lambda: threads.idle() == 1)
+    assert seen == ["first", "second"]
+
+
+def test_a_limit_already_spent_times_out_at_once() -> None:
+    release = threading.Event()
+    with pytest.raises(ToolTimeoutError):
+        Runner().run(release.wait, {"timeout": 5}, -0.5)
+    release.set()
