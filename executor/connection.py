@@ -33,7 +33,7 @@ import redis.asyncio.cluster
 import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
-from redis.backoff import NoBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 
 from toolexec.clock import AnchoredClock, Clock
@@ -88,7 +88,19 @@ def redis_client(url: str, **kwargs: Any) -> redis.Redis:
     return redis.Redis.from_url(url, **kwargs)
 
 
+#: A cluster client's retries of a command whose node failed: redis-py's default
+#: (10, up to 1 s apart) can hold a call for seconds past its deadline while a
+#: failover runs; three retries within about a second find an elected replica
+#: or give up, and the caller's failure policy decides.
+_CLUSTER_RETRIES = 3
+
+
+def _cluster_retry() -> Retry:
+    return Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), _CLUSTER_RETRIES)
+
+
 def _cluster_client(target: ClusterTarget, kwargs: dict[str, Any]) -> redis.Redis:
+    kwargs.setdefault("retry", _cluster_retry())
     nodes = [redis.cluster.ClusterNode(h, p) for h, p in target.nodes]  # type: ignore[no-untyped-call]
     cluster = redis.cluster.RedisCluster(startup_nodes=nodes, **target.client_kwargs(), **kwargs)
     # RedisCluster speaks every command the stores use (keys are routed by slot);
@@ -97,6 +109,7 @@ def _cluster_client(target: ClusterTarget, kwargs: dict[str, Any]) -> redis.Redi
 
 
 def _async_cluster_client(target: ClusterTarget, kwargs: dict[str, Any]) -> redis.asyncio.Redis:
+    kwargs.setdefault("retry", _cluster_retry())
     nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in target.nodes]
     cluster = redis.asyncio.cluster.RedisCluster(
         startup_nodes=nodes, decode_responses=True, **target.client_kwargs(), **kwargs

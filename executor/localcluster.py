@@ -119,6 +119,10 @@ class LocalCluster:
             "--dir", str(node_dir),
             "--save", "",
             "--appendonly", "no",
+            # A replica syncs at once, and may be elected however long its master was
+            # gone: a test kills a master seconds after the cluster formed.
+            "--repl-diskless-sync-delay", "0",
+            "--cluster-replica-validity-factor", "0",
             "--logfile", str(node_dir / "redis.log"),
         ]  # fmt: skip
         self._procs[port] = subprocess.Popen(
@@ -154,11 +158,14 @@ class LocalCluster:
         with contextlib.closing(self.node(port)) as node:
             try:
                 info = node.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
+                replication = node.info("replication")
             except redis.RedisError:
                 return False
-        if isinstance(info, dict):
-            return str(info.get("cluster_state")) == "ok"
-        return "cluster_state:ok" in str(info)
+        state = info.get("cluster_state") if isinstance(info, dict) else None
+        if state != "ok" and "cluster_state:ok" not in str(info):
+            return False
+        # a replica counts once it holds its master's data: only then can it take over
+        return replication.get("role") != "slave" or replication.get("master_link_status") == "up"
 
     def role(self, port: int) -> str:
         with contextlib.closing(self.node(port)) as node:
