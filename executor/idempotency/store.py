@@ -231,14 +231,15 @@ class IdempotencyStore:
         if batch is None:
             own.execute()
 
-    def due(self, limit: int = 100) -> list[str]:
+    def due(self, limit: int = 100, buckets: Sequence[int] | None = None) -> list[str]:
         """Records whose lease has ended, by the index (a hint; :meth:`claim` decides).
 
-        Every bucket is asked in one pipeline (on a cluster, one round trip per
-        shard), each for at most ``limit``; at most ``limit`` are returned.
+        ``buckets`` of the index are asked (all by default) in one pipeline (on a
+        cluster, one round trip per shard), each for at most ``limit``; at most
+        ``limit`` are returned.
         """
         pipe = self.redis.pipeline(transaction=False)
-        for bucket in range(self.keys.buckets):
+        for bucket in range(self.keys.buckets) if buckets is None else buckets:
             self._due(
                 keys=[self.keys.idempotency_leases(bucket)],
                 args=[self._now_arg(), limit],
