@@ -85,7 +85,9 @@ class Batch:
         """One Lua script call, as ``EVALSHA``; loaded and run again only on ``NOSCRIPT``."""
 
         def queue(pipe: Any) -> None:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            # The command itself, not pipe.evalsha(): a cluster pipeline blocks that
+            # method, yet routes an EVALSHA by its keys like any other command.
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
         self._entries.append(_Entry(client, queue, on_reply, on_error, script))
 
