@@ -122,9 +122,10 @@ def _by_client(entries: list[_Entry]) -> list[tuple[redis.Redis, list[_Entry]]]:
 def _send(client: redis.Redis, entries: Sequence[_Entry]) -> list[Any]:
     pipe = client.pipeline(transaction=False)
     for entry in entries:
-        before = len(pipe.command_stack)
+        # len(pipe), not its command_stack: a cluster pipeline queues elsewhere
+        before = len(pipe)
         entry.queue(pipe)
-        entry.replies = len(pipe.command_stack) - before
+        entry.replies = len(pipe) - before
     return list(pipe.execute(raise_on_error=False))
 
 

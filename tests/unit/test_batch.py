@@ -79,7 +79,9 @@ def test_commands_of_several_owners_go_in_one_round_trip_each_answered_in_turn(
     batch.add(client, lambda pipe: pipe.set(keys.stats(1, 0), 5), replies.append)
     batch.script(client, script, [keys.stats(1, 0)], [2], replies.append)
     batch.add(
-        client, lambda pipe: (pipe.incr(keys.stats(1, 0)), pipe.get(keys.stats(1, 0))), replies.append
+        client,
+        lambda pipe: (pipe.incr(keys.stats(1, 0)), pipe.get(keys.stats(1, 0))),
+        replies.append,
     )
     client.script_load(script.script)
     before = cls.sends
