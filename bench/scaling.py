@@ -303,6 +303,10 @@ def throughput(
 # -- the report --------------------------------------------------------------------
 
 
+def _total_ms(t: dict[str, float]) -> float:
+    return t["worker_ms"] + t["redis_ms"] + t["broker_ms"] + t["client_ms"]
+
+
 def report(features: list[list[str]], tput: list[dict[str, float]], info: list[Any]) -> None:
     print("\n## Cost of one call, per feature (3-master Redis Cluster, RabbitMQ broker)\n")
     print(
@@ -333,6 +337,7 @@ def report(features: list[list[str]], tput: list[dict[str, float]], info: list[A
             f"{t['client_ms']:.2f}",
             f"{t['worker_ms'] + t['redis_ms'] + t['broker_ms'] + t['client_ms']:.2f}",
             f"{2000 / (t['worker_ms'] + t['redis_ms'] + t['broker_ms'] + t['client_ms']):.0f}",
+            f"{t['calls_s'] * _total_ms(t) / 1000:.2f}",
         ]
         for t in tput
     ]
@@ -347,10 +352,12 @@ def report(features: list[list[str]], tput: list[dict[str, float]], info: list[A
                 "client CPU ms/call",
                 "total CPU ms/call",
                 "model: 2 cores / total",
+                "cores used (calls/s × total)",
             ],
             rows,
         )
     )
+    print(f"\nload average at the end: {os.getloadavg()[0]:.1f} (other sessions share the cores)")
     print(f"\ncommand: `{command_line()}`\n")
     print("machine: " + "; ".join(f"{k} {v}" for k, v in info))
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
+from toolexec.policies import BreakerPolicy
 
 NO_BREAKER = BreakerPolicy(enabled=False)
 
