@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,7 @@ def rabbit_pid() -> int | None:
 
 @dataclass
 class RedisTotals:
+    by_command: dict[str, int] = field(default_factory=dict)
     commands: int = 0
     script_usec: float = 0.0
     usec: float = 0.0
@@ -113,6 +114,7 @@ class ClusterMeter:
                 if command in ("config", "info"):
                     continue  # the meter's own
                 out.commands += int(stat["calls"])
+                out.by_command[command] = out.by_command.get(command, 0) + int(stat["calls"])
                 out.usec += float(stat["usec"])
                 if command in ("eval", "evalsha"):
                     out.script_usec += float(stat["usec"])
@@ -174,8 +176,10 @@ FEATURES = [
 
 def per_feature(
     settings: Settings, meter: ClusterMeter, calls: int, pool: str, tmp: Path
-) -> list[list[str]]:
+) -> tuple[list[list[str]], dict[str, float]]:
+    """Table 1's rows for ``pool``, and the plain call's Redis commands by name (per call)."""
     rows = []
+    breakdown: dict[str, float] = {}
     log = tmp / f"features-{pool}.log"
     with (
         worker(settings, "scaling_tools", concurrency=8, pool=pool, log_path=log) as proc,
@@ -194,6 +198,8 @@ def per_feature(
             cpu = tree_cpu(proc.process.pid) - cpu0
             messages = (received(log) - got0) / calls
             r = meter.read()
+            if not breakdown:
+                breakdown = {name: n / calls for name, n in r.by_command.items()}
             rows.append(
                 [
                     feature.name,
@@ -209,7 +215,7 @@ def per_feature(
                 ]
             )
             progress(f"{feature.name} ({pool}): {rows[-1]}")
-    return rows
+    return rows, breakdown
 
 
 # -- table 2: throughput against worker processes ---------------------------------
@@ -307,7 +313,12 @@ def _total_ms(t: dict[str, float]) -> float:
     return t["worker_ms"] + t["redis_ms"] + t["broker_ms"] + t["client_ms"]
 
 
-def report(features: list[list[str]], tput: list[dict[str, float]], info: list[Any]) -> None:
+def report(
+    features: list[list[str]],
+    breakdown: dict[str, float],
+    tput: list[dict[str, float]],
+    info: list[Any],
+) -> None:
     print("\n## Cost of one call, per feature (3-master Redis Cluster, RabbitMQ broker)\n")
     print(
         markdown_table(
@@ -324,6 +335,14 @@ def report(features: list[list[str]], tput: list[dict[str, float]], info: list[A
                 "latency ms",
             ],
             features,
+        )
+    )
+    print("\n## Redis commands of one plain call, by name (those inside scripts included)\n")
+    ranked = sorted(breakdown.items(), key=lambda kv: -kv[1])
+    print(
+        markdown_table(
+            ["command", "per call"],
+            [[k.replace("|", "\\|"), f"{v:.2f}"] for k, v in ranked if v >= 0.05],
         )
     )
     print("\n## Throughput against worker processes (threads pool, 8 slots each)\n")
@@ -378,12 +397,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             settings = run_settings(cluster.url, tmp / "data", broker_url=BROKER)
             meter = ClusterMeter(cluster)
-            features = per_feature(settings, meter, args.calls, "threads", tmp)
-            features += per_feature(settings, meter, args.calls, "prefork", tmp)
+            features, breakdown = per_feature(settings, meter, args.calls, "threads", tmp)
+            features += per_feature(settings, meter, args.calls, "prefork", tmp)[0]
             counts = [int(c) for c in args.workers.split(",")]
             tput = throughput(settings, meter, counts, args.seconds, tmp)
             port = cluster.master_ports()[0]
-            report(features, tput, machine_info(f"redis://127.0.0.1:{port}"))
+            report(features, breakdown, tput, machine_info(f"redis://127.0.0.1:{port}"))
         finally:
             cluster.stop()
 
