@@ -6,8 +6,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-redis lint bench bench-perf clean test-rabbitmq test-e2e screenshot browser \
-	honcho dashboard-preview
+.PHONY: demo test test-redis lint bench bench-perf clean test-rabbitmq test-cluster test-e2e \
+	screenshot browser honcho dashboard-preview
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,21 @@ RABBITMQ_CORE = tests/integration/test_retries.py tests/integration/test_validat
 	tests/integration/test_celery_native.py tests/integration/test_worker_pools.py
 test-rabbitmq: $(STAMP)
 	TOOLEXEC_TEST_BROKER_URL=$(RABBITMQ_URL) $(BIN)/pytest $(RABBITMQ_CORE)
+
+# toolexec's state on a 3-master Redis Cluster of the run's own (redis-server on loopback
+# ports, started by the tests) with RabbitMQ as the broker: the core, breaker,
+# idempotency, payload and guard modules, and the cluster's own (a script whose keys
+# span slots refused; a master killed under load), and `toolexec status` and the metrics
+# adding up every shard's buckets (test_observability). Needs redis-server, redis-cli and
+# RabbitMQ; without redis-server the modules are skipped and say why.
+CLUSTER_MODULES = tests/integration/test_cluster.py tests/integration/test_retries.py \
+	tests/integration/test_validation.py tests/integration/test_fanout.py \
+	tests/integration/test_timeouts.py tests/integration/test_breaker_workers.py \
+	tests/integration/test_breaker_concurrency.py tests/integration/test_idempotency.py \
+	tests/integration/test_payloads.py tests/integration/test_guard.py \
+	tests/integration/test_observability.py
+test-cluster: $(STAMP)
+	TOOLEXEC_TEST_CLUSTER=1 TOOLEXEC_TEST_BROKER_URL=$(RABBITMQ_URL) $(BIN)/pytest $(CLUSTER_MODULES)
 
 # Debian's Chromium for the browser test (tests/e2e); Playwright drives it, nothing is downloaded.
 browser:

@@ -117,6 +117,7 @@ def _worker_env(settings: Settings) -> dict[str, str]:
         "TOOLEXEC_DATA_DIR": str(settings.data_dir),
         "TOOLEXEC_TASK_EVENTS": "true" if settings.task_events else "false",
         "PYTHONPATH": os.pathsep.join(p for p in paths if p),
+        **({"TOOLEXEC_BROKER_URL": settings.broker_url} if settings.broker_url else {}),
     }
 
 

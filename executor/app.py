@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import Celery
 
-from toolexec.connection import celery_url, redis_url
+from toolexec.connection import celery_url, is_cluster, redis_url
 from toolexec.settings import Settings
 
 __all__ = ["app", "celery_config", "create_app", "settings_of"]
@@ -26,7 +26,12 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     transport = {"visibility_timeout": settings.visibility_timeout}
     # sentinel:// needs master_name in the transport options; rediss:// an ssl_cert_reqs.
     broker, broker_options = celery_url(settings.broker_url or state_url)
-    backend, backend_options = celery_url(state_url)
+    # Results never go through Celery's backend (task_ignore_result), and Celery has
+    # no Redis Cluster backend: with toolexec's state on a cluster, there is none.
+    backend: str | None = None
+    backend_options: dict[str, Any] = {}
+    if not is_cluster(state_url):
+        backend, backend_options = celery_url(state_url)
     if broker.startswith(("amqp", "pyamqp")):
         # Without publisher confirms, a call RabbitMQ accepted but had not stored when it
         # crashed would be lost while the client waits for it until its deadline.

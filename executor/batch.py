@@ -85,7 +85,9 @@ class Batch:
         """One Lua script call, as ``EVALSHA``; loaded and run again only on ``NOSCRIPT``."""
 
         def queue(pipe: Any) -> None:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            # The command itself, not pipe.evalsha(): a cluster pipeline blocks that
+            # method, yet routes an EVALSHA by its keys like any other command.
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
         self._entries.append(_Entry(client, queue, on_reply, on_error, script))
 
@@ -120,9 +122,10 @@ def _by_client(entries: list[_Entry]) -> list[tuple[redis.Redis, list[_Entry]]]:
 def _send(client: redis.Redis, entries: Sequence[_Entry]) -> list[Any]:
     pipe = client.pipeline(transaction=False)
     for entry in entries:
-        before = len(pipe.command_stack)
+        # len(pipe), not its command_stack: a cluster pipeline queues elsewhere
+        before = len(pipe)
         entry.queue(pipe)
-        entry.replies = len(pipe.command_stack) - before
+        entry.replies = len(pipe) - before
     return list(pipe.execute(raise_on_error=False))
 
 

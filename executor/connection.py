@@ -11,19 +11,29 @@ Redis Sentinel for high availability, in Celery's form plus the master's name:
 ``sentinel://[:password@]host1:26379/0;sentinel://host2:26379/0?master_name=mymaster``.
 The password is the master's; :func:`celery_url` turns such a URL into what
 Celery takes (the URL, and ``master_name`` in the transport options).
+
+A fourth kind is for toolexec's state only: a Redis Cluster,
+``redis+cluster://[:password@]host1:port[,host2:port...]`` (``rediss+cluster://``
+for TLS, with the same query parameters as ``rediss://``). The hosts are seed
+nodes; redis-py's ``RedisCluster`` learns the rest. kombu cannot use a cluster
+as a broker, so with one the broker is set apart (``TOOLEXEC_BROKER_URL``:
+RabbitMQ, or a standalone or Sentinel Redis; :class:`toolexec.settings.Settings`
+refuses anything else at start).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.asyncio.sentinel
+import redis.cluster
 import redis.sentinel
-from redis.backoff import NoBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.retry import Retry
 
 from toolexec.clock import AnchoredClock, Clock
@@ -32,11 +42,14 @@ from toolexec.errors import ConfigurationError, RedisUnavailableError
 from toolexec.settings import Settings
 
 __all__ = [
+    "ClusterTarget",
     "SentinelTarget",
     "async_redis_client",
     "celery_url",
     "fail_fast_client",
     "fleet_clock",
+    "is_cluster",
+    "parse_cluster",
     "parse_sentinel",
     "redact_url",
     "redis_client",
@@ -70,7 +83,38 @@ def redis_client(url: str, **kwargs: Any) -> redis.Redis:
             target.master, **target.master_kwargs(), **kwargs
         )
         return master
+    if is_cluster(url):
+        return _cluster_client(parse_cluster(url), kwargs)
     return redis.Redis.from_url(url, **kwargs)
+
+
+#: A cluster client's retries of a command whose node failed: redis-py's default
+#: (10, up to 1 s apart) can hold a call for seconds past its deadline while a
+#: failover runs; three retries within about a second find an elected replica
+#: or give up, and the caller's failure policy decides.
+_CLUSTER_RETRIES = 3
+
+
+def _cluster_retry() -> Retry:
+    return Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), _CLUSTER_RETRIES)
+
+
+def _cluster_client(target: ClusterTarget, kwargs: dict[str, Any]) -> redis.Redis:
+    kwargs.setdefault("retry", _cluster_retry())
+    nodes = [redis.cluster.ClusterNode(h, p) for h, p in target.nodes]  # type: ignore[no-untyped-call]
+    cluster = redis.cluster.RedisCluster(startup_nodes=nodes, **target.client_kwargs(), **kwargs)
+    # RedisCluster speaks every command the stores use (keys are routed by slot);
+    # it is not a redis.Redis subclass, hence the cast.
+    return cast(redis.Redis, cluster)
+
+
+def _async_cluster_client(target: ClusterTarget, kwargs: dict[str, Any]) -> redis.asyncio.Redis:
+    kwargs.setdefault("retry", _cluster_retry())
+    nodes = [redis.asyncio.cluster.ClusterNode(h, p) for h, p in target.nodes]
+    cluster = redis.asyncio.cluster.RedisCluster(
+        startup_nodes=nodes, decode_responses=True, **target.client_kwargs(), **kwargs
+    )
+    return cast(redis.asyncio.Redis, cluster)
 
 
 def async_redis_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
@@ -85,11 +129,89 @@ def async_redis_client(url: str, **kwargs: Any) -> redis.asyncio.Redis:
             target.master, decode_responses=True, **target.master_kwargs(), **kwargs
         )
         return master
+    if is_cluster(url):
+        return _async_cluster_client(parse_cluster(url), kwargs)
     return redis.asyncio.Redis.from_url(url, decode_responses=True, **kwargs)
 
 
 def is_sentinel(url: str) -> bool:
     return url.startswith("sentinel://")
+
+
+def is_cluster(url: str) -> bool:
+    """Whether ``url`` names a Redis Cluster (``redis+cluster://`` or ``rediss+cluster://``)."""
+    return url.startswith(("redis+cluster://", "rediss+cluster://"))
+
+
+#: Query parameters of a ``rediss+cluster://`` URL passed on to redis-py (TLS only:
+#: anything else in the query is refused rather than silently ignored).
+_CLUSTER_QUERY = frozenset(
+    {"ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"}
+)
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    """A Redis Cluster: seed nodes, credentials and TLS options."""
+
+    nodes: list[tuple[str, int]]
+    tls: bool = False
+    username: str | None = None
+    password: str | None = None
+    tls_options: tuple[tuple[str, str], ...] = ()
+
+    def client_kwargs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"username": self.username, "password": self.password}
+        if self.tls:
+            out["ssl"] = True
+            out.update(self.tls_options)
+        return out
+
+
+def parse_cluster(url: str) -> ClusterTarget:
+    """The seed nodes, credentials and TLS options of a ``redis+cluster://`` URL.
+
+    A cluster has one database, so a path other than ``/`` or ``/0`` is refused.
+    """
+    scheme, _, rest = url.partition("://")
+    netloc, _, tail = rest.partition("/")
+    path, _, query = tail.partition("?")
+    if "?" in netloc:
+        netloc, _, query = netloc.partition("?")
+    credentials, _, hosts = netloc.rpartition("@")
+    nodes = [_host_port(url, chunk) for chunk in hosts.split(",") if chunk.strip()]
+    if not nodes:
+        raise ConfigurationError(f"{redact_url(url)} names no cluster node (host:port)")
+    if path.strip("/") not in ("", "0"):
+        raise ConfigurationError(
+            f"{redact_url(url)} names database {path.strip('/')!r}; a Redis Cluster has only "
+            "database 0 (use TOOLEXEC_KEY_PREFIX to share a cluster between deployments)"
+        )
+    options = parse_qsl(query)
+    unknown = sorted({k for k, _ in options} - _CLUSTER_QUERY)
+    if unknown:
+        raise ConfigurationError(
+            f"{redact_url(url)}: unknown parameter(s) {', '.join(unknown)} (a cluster URL "
+            f"takes {', '.join(sorted(_CLUSTER_QUERY))})"
+        )
+    user, _, password = credentials.partition(":")
+    return ClusterTarget(
+        nodes=nodes,
+        tls=scheme == "rediss+cluster",
+        username=unquote(user) or None,
+        password=unquote(password) or None,
+        tls_options=tuple(options),
+    )
+
+
+def _host_port(url: str, chunk: str) -> tuple[str, int]:
+    host, _, port = chunk.strip().rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigurationError(
+            f"{redact_url(url)}: {chunk.strip()!r} is not host:port (every cluster node "
+            "needs its port, e.g. redis+cluster://10.0.0.1:7000,10.0.0.2:7000)"
+        )
+    return host.strip("[]"), int(port)
 
 
 @dataclass(frozen=True)
@@ -170,6 +292,12 @@ def fail_fast_client(url: str) -> redis.Redis:
 
 def redact_url(url: str) -> str:
     """``url`` with any password replaced by ``***`` (in each of a sentinel URL's parts)."""
+    if is_cluster(url):
+        scheme, _, rest = url.partition("://")
+        credentials, at, hosts = rest.rpartition("@")
+        if not at or ":" not in credentials:
+            return url
+        return f"{scheme}://{credentials.partition(':')[0]}:***@{hosts}"
     if ";" in url:
         return ";".join(redact_url(chunk) for chunk in url.split(";"))
     parts = urlsplit(url)

@@ -205,7 +205,9 @@ class FaultStore:
 
     def set(self, tool: str, config: FaultConfig) -> None:
         """Install ``config`` for ``tool``; its sequence starts again at attempt 1."""
-        pipe = self.redis.pipeline()
+        # Not a MULTI: the config and the sequence are in different Redis Cluster
+        # slots; a worker that draws between the two steps only counts from 2.
+        pipe = self.redis.pipeline(transaction=False)
         pipe.hset(self.keys.faults(), tool, json.dumps(config.to_json()))
         pipe.delete(self.keys.fault_sequence(tool))
         pipe.execute()
@@ -214,7 +216,7 @@ class FaultStore:
         """Remove ``tool``'s config, or every config; returns the tools cleared."""
         tools = [tool] if tool else sorted(self.all())
         if tools:
-            pipe = self.redis.pipeline()
+            pipe = self.redis.pipeline(transaction=False)  # two slots: see set()
             pipe.hdel(self.keys.faults(), *tools)
             pipe.delete(*(self.keys.fault_sequence(t) for t in tools))
             pipe.execute()

@@ -6,9 +6,23 @@ operator reading ``redis-cli --scan`` can tell what a key is and when it goes.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
-__all__ = ["Keys"]
+__all__ = ["SHARD_BUCKETS", "Keys", "bucket_of"]
+
+#: How many buckets each fleet-wide index (idempotency leases, in-flight
+#: attempts, per-minute stats) is split into. Each bucket is its own hash tag,
+#: so on a Redis Cluster the buckets land on different slots and so on
+#: different shards; on one Redis they only cost a few more small keys. 16
+#: spreads evenly enough over up to ~8 shards without making a reader (the
+#: sweeper, ``toolexec status``) touch many keys.
+SHARD_BUCKETS = 16
+
+
+def bucket_of(name: str, buckets: int = SHARD_BUCKETS) -> int:
+    """The bucket of ``name``: stable across processes and hosts (not ``hash()``)."""
+    return zlib.crc32(name.encode()) % buckets
 
 
 @dataclass(frozen=True)
@@ -16,14 +30,21 @@ class Keys:
     """Key names under one prefix, so several deployments can share a server."""
 
     prefix: str = "toolexec"
+    buckets: int = SHARD_BUCKETS
 
     def catalog(self) -> str:
         """Hash: tool name -> JSON catalog entry, published by every worker at start.
 
         No TTL: an entry stays until a worker publishes a newer one, so clients
         can validate calls even while every worker is restarting.
+
+        ``{fleet}`` is a hash tag shared with :meth:`workers` and
+        :meth:`queue_workers`: a worker publishes all three in one MULTI/EXEC,
+        which a Redis Cluster allows only within one slot. They are written
+        every 2 s per worker and read through clients' caches, so one slot
+        carries them easily.
         """
-        return f"{self.prefix}:catalog"
+        return f"{self.prefix}:{{fleet}}:catalog"
 
     def workers(self) -> str:
         """Sorted set: worker hostname scored by its last heartbeat (epoch s).
@@ -32,7 +53,7 @@ class Keys:
         older than :data:`WORKER_FORGET_S` are pruned by every heartbeat, so a
         killed worker's entry does not stay for ever.
         """
-        return f"{self.prefix}:workers"
+        return f"{self.prefix}:{{fleet}}:workers"
 
     def queue_workers(self, queue: str) -> str:
         """Sorted set: the workers consuming ``queue``, scored by their last heartbeat.
@@ -41,7 +62,7 @@ class Keys:
         pruned like :meth:`workers` (a queue nobody serves any more keeps an
         empty set, which Redis deletes).
         """
-        return f"{self.prefix}:workers:{queue}"
+        return f"{self.prefix}:{{fleet}}:workers:{queue}"
 
     def deadletter(self) -> str:
         """List: one JSON entry per task message a worker refused (``toolexec.poison``).
@@ -108,57 +129,83 @@ class Keys:
         """
         return f"{self.prefix}:breakers"
 
+    def idempotency_bucket(self, record: str) -> str:
+        """The hash tag of ``record`` and of the lease bucket it is indexed in.
+
+        A record, its waiters, its bucket of the lease index and that bucket's
+        fencing-token counter are one unit that one Lua script changes
+        atomically, so they share one tag and one Redis Cluster slot; the
+        :attr:`buckets` tags spread the records of the fleet over the shards.
+        """
+        return f"{{idem:{bucket_of(record, self.buckets)}}}"
+
     def idempotency(self, record: str) -> str:
         """Hash: one idempotency record: state, lease, fencing token, stored result.
 
-        ``record`` is :func:`toolexec.idempotency.record_id`. ``{idem}`` is a
-        hash tag: a record, its waiters, the lease index and the token counter
-        share one Redis Cluster slot, so one Lua script may touch them all.
+        ``record`` is :func:`toolexec.idempotency.record_id`; its hash tag is
+        :meth:`idempotency_bucket`.
         TTL: ``TOOLEXEC_IDEMPOTENCY_RETENTION_S`` (a day) from its last write: a
         replay must still work when an agent repeats a call hours later. A
         coalesced or merely leased call's record is deleted when the call ends
         and has nothing to replay: it expires a minute after the call's time
         budget, a net under a record whose every holder died.
         """
-        return f"{self.prefix}:idem:{{idem}}:{record}"
+        return f"{self.prefix}:idem:{self.idempotency_bucket(record)}:{record}"
 
     def idempotency_waiters(self, record: str) -> str:
         """Sorted set: contexts (JSON) of calls joined to a running one, by deadline.
 
-        Same TTL as :meth:`idempotency`; emptied when the call ends.
+        Same hash tag and TTL as :meth:`idempotency`; emptied when the call ends.
         """
-        return f"{self.prefix}:idem:{{idem}}:{record}:waiters"
+        return f"{self.idempotency(record)}:waiters"
 
-    def idempotency_leases(self) -> str:
-        """Sorted set: record -> when its lease ends (epoch s): what sweepers scan.
+    def idempotency_leases(self, bucket: int) -> str:
+        """Sorted set: record -> when its lease ends (epoch s), for one bucket of records.
 
-        No TTL: a member goes when its call ends or a sweeper finds it over.
+        What sweepers scan, one bucket at a time. No TTL: a member goes when its
+        call ends or a sweeper finds it over.
         """
-        return f"{self.prefix}:idem:{{idem}}:leases"
+        return f"{self.prefix}:idem:{{idem:{bucket}}}:leases"
 
-    def idempotency_tokens(self) -> str:
-        """String: the fencing-token counter; only ever incremented, no TTL."""
-        return f"{self.prefix}:idem:{{idem}}:tokens"
+    def idempotency_leases_of(self, record: str) -> str:
+        """The lease-index bucket ``record`` is in (same slot as the record)."""
+        return self.idempotency_leases(bucket_of(record, self.buckets))
 
-    def stats(self, minute: int) -> str:
-        """Hash: ``<tool>|<counter>`` -> count, for calls that ended in one minute.
+    def idempotency_tokens(self, record: str) -> str:
+        """String: the fencing-token counter of ``record``'s bucket; only ever incremented.
 
-        ``minute`` is epoch seconds // 60. Counters: ``calls``, ``ok``,
+        One counter per bucket, not per fleet: tokens only have to grow for
+        each record, and a bucket's counter does (a record never changes
+        bucket). Kept apart from the record because a released record is
+        deleted, and its next holder must still get a larger token. No TTL.
+        """
+        return f"{self.prefix}:idem:{self.idempotency_bucket(record)}:tokens"
+
+    def stats(self, minute: int, bucket: int) -> str:
+        """Hash: ``<tool>|<counter>`` -> count, for one bucket of the calls that ended in a minute.
+
+        ``minute`` is epoch seconds // 60; ``bucket`` is the call id's
+        (:func:`bucket_of`), each its own hash tag, so the fleet's counting is
+        spread over :attr:`buckets` keys (and shards) instead of one hot hash,
+        and a reader adds the buckets up. Counters: ``calls``, ``ok``,
         ``failed|<error type>``, ``attempts``, ``retries``, ``retried|<error
         type>``. TTL: :data:`STATS_TTL_S`, set by every write: ``toolexec
         status`` looks back at most an hour.
         """
-        return f"{self.prefix}:stats:{minute}"
+        return f"{self.prefix}:stats:{minute}:{{stats:{bucket}}}"
 
-    def in_flight(self) -> str:
+    def in_flight(self, bucket: int) -> str:
         """Sorted set: ``<tool>|<call id>|<attempt>`` -> when its lease ends (epoch s).
+
+        One of :attr:`buckets` sets, by the call id's :func:`bucket_of`, each
+        its own hash tag, so every attempt's start and end do not hit one key.
 
         A worker adds an attempt when it starts and removes it when it ends; a
         member whose lease passed belongs to a worker that died and is not
         counted. TTL: the longest lease (max timeout + a minute), refreshed by
         every start, so the set vanishes once no worker runs anything.
         """
-        return f"{self.prefix}:inflight"
+        return f"{self.prefix}:inflight:{{inflight:{bucket}}}"
 
     def run(self, run_id: str) -> str:
         """String: one agent run's guard state as JSON (counts, history, ladder, verdicts).

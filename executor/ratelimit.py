@@ -36,7 +36,7 @@ from toolexec.errors import ThrottledError
 from toolexec.failopen import FailOpen
 from toolexec.keys import Keys
 from toolexec.layers import Attempt, Layer, Outcome, Proceed, Verdict
-from toolexec.lua import script_source
+from toolexec.lua import register, script_source
 from toolexec.policies import RateLimitPolicy
 
 __all__ = ["RateLimitLayer", "RateLimiter", "Slot"]
@@ -69,8 +69,8 @@ class RateLimiter:
         self.keys = keys or Keys()
         self.clock = clock
         self.fail_open = FailOpen("shared rate limits", clock=clock)
-        self._reserve = client.register_script(script_source("rate_limit"))
-        self._release = client.register_script(script_source("rate_limit_release"))
+        self._reserve = register(client, script_source("rate_limit"))
+        self._release = register(client, script_source("rate_limit_release"))
 
     def now(self) -> float:
         return (self.clock or SystemClock()).now()

@@ -38,6 +38,11 @@ def deliver(client: redis.Redis, keys: Keys, reply_to: str, result: ToolResult, 
     pipe.execute()
 
 
+#: The longest one BLPOP waits: a wait that a reconnect repeats overshoots the
+#: caller's deadline by at most this (plus the reconnect).
+REPLY_SLICE_S = 0.5
+
+
 class ReplyBox:
     """Collects the results of the calls that share one reply list."""
 
@@ -61,9 +66,11 @@ class ReplyBox:
             left = end - time.monotonic()
             if left <= 0:
                 return
-            popped = client.blpop([self.key], timeout=max(left, 0.001))
+            # In slices: a client library that retries a BLPOP after a lost connection
+            # (a cluster's failover) sends it with its whole timeout again.
+            popped = client.blpop([self.key], timeout=max(min(left, REPLY_SLICE_S), 0.001))
             if popped is None:
-                return
+                continue
             self._take(popped[1])
             self._drain(client)
 
@@ -85,9 +92,9 @@ class ReplyBox:
             left = end - time.monotonic()
             if left <= 0:
                 return
-            popped = await client.blpop([self.key], timeout=max(left, 0.001))
+            popped = await client.blpop([self.key], timeout=max(min(left, REPLY_SLICE_S), 0.001))
             if popped is None:
-                return
+                continue
             self._take(popped[1])
             await self._adrain(client)
 

@@ -43,7 +43,7 @@ from toolexec.errors import RetryBudgetExhaustedError, ToolException
 from toolexec.failopen import FailOpen
 from toolexec.keys import BUDGET_IDLE_TTL_S, Keys
 from toolexec.layers import Attempt, Layer, Outcome, Proceed, Verdict
-from toolexec.lua import script_source
+from toolexec.lua import register, script_source
 from toolexec.policies import RetryBudgetPolicy
 
 __all__ = ["BudgetView", "RetryBudget", "RetryBudgetLayer", "budget_name"]
@@ -98,8 +98,8 @@ class RetryBudget:
         self.clock = clock
         self.idle_ttl_s = idle_ttl_s
         self.fail_open = FailOpen("retry budgets", clock=clock)
-        self._ratio = client.register_script(script_source("budget_ratio"))
-        self._tokens = client.register_script(script_source("budget_tokens"))
+        self._ratio = register(client, script_source("budget_ratio"))
+        self._tokens = register(client, script_source("budget_tokens"))
 
     def record(
         self, name: str, policy: RetryBudgetPolicy, *, first_attempt: bool, failed: bool

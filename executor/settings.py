@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 __all__ = ["Settings"]
@@ -34,7 +34,9 @@ class Settings(BaseSettings):
         description="Redis or Valkey for toolexec's state; unset starts an embedded Valkey.",
     )
     broker_url: str | None = Field(
-        default=None, description="Celery broker; defaults to the Redis URL (amqp:// works too)."
+        default=None,
+        description="Celery broker; defaults to the Redis URL (amqp:// works too; "
+        "required when the Redis URL is a redis+cluster:// one).",
     )
     data_dir: Path = Field(
         default_factory=_default_data_dir,
@@ -174,6 +176,24 @@ class Settings(BaseSettings):
             f"TOOLEXEC_PAYLOAD_STORE must be redis, file:///a/directory or s3://bucket/prefix, "
             f"not {value!r}"
         )
+
+    @model_validator(mode="after")
+    def _broker_apart_from_cluster(self) -> Settings:
+        """kombu has no Redis Cluster transport: refuse at start what would fail at publish."""
+        cluster = ("redis+cluster://", "rediss+cluster://")
+        if self.broker_url and self.broker_url.startswith(cluster):
+            raise ValueError(
+                "TOOLEXEC_BROKER_URL is a Redis Cluster URL, but Celery's Redis transport "
+                "cannot use a cluster as its broker: use RabbitMQ (amqp://...) or a "
+                "standalone or Sentinel Redis, and keep the cluster in TOOLEXEC_REDIS_URL"
+            )
+        if self.redis_url and self.redis_url.startswith(cluster) and not self.broker_url:
+            raise ValueError(
+                "TOOLEXEC_REDIS_URL is a Redis Cluster, which cannot also be Celery's broker "
+                "(the default): set TOOLEXEC_BROKER_URL to RabbitMQ (amqp://...) or a "
+                "standalone or Sentinel Redis"
+            )
+        return self
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Settings:

@@ -5,10 +5,12 @@ and need a scraper to add them up. These live in Redis, so one command on any
 host sees what the whole fleet did in the last minutes and which attempts run
 now, with no monitoring stack. Workers write them through :class:`CallStats`:
 a few commands when an attempt starts and when it ends, each time in the
-round trip the attempt makes anyway (``toolexec.batch``), into one
-hash per minute (bounded by the number of tools, not of calls) and one sorted
+round trip the attempt makes anyway (``toolexec.batch``), into a
+hash per minute (bounded by the number of tools, not of calls) and a sorted
 set of running attempts, whose members carry a lease so that an attempt of a
-worker that died stops counting when its lease ends.
+worker that died stops counting when its lease ends. Both are split into
+``Keys.buckets`` keys by call id, each its own Redis Cluster hash tag, so no
+single key takes every call of the fleet; readers add the buckets up.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import redis
 
 from toolexec.batch import Batch, OnError
 from toolexec.clock import Clock, SystemClock
-from toolexec.keys import STATS_TTL_S, Keys
+from toolexec.keys import STATS_TTL_S, Keys, bucket_of
 
 __all__ = ["CallStats", "ToolStats"]
 
@@ -113,7 +115,8 @@ class CallStats:
         on_error: OnError | None = None,
     ) -> None:
         """An attempt starts; it counts as running until it ends or ``lease_until``."""
-        key, member = self.keys.in_flight(), _member(tool, call_id, attempt)
+        bucket = bucket_of(call_id, self.keys.buckets)
+        key, member = self.keys.in_flight(bucket), _member(tool, call_id, attempt)
 
         def queue(pipe: Any) -> None:
             pipe.zadd(key, {member: lease_until})
@@ -169,11 +172,12 @@ class CallStats:
         on_error: OnError | None,
     ) -> None:
         member = _member(tool, call_id, attempt)
+        bucket = bucket_of(call_id, self.keys.buckets)
 
         def queue(pipe: Any) -> None:
-            pipe.zrem(self.keys.in_flight(), member)
+            pipe.zrem(self.keys.in_flight(bucket), member)
             if counts:
-                self._count(pipe, tool, counts)
+                self._count(pipe, tool, bucket, counts)
 
         self._send(queue, batch, on_error)
 
@@ -184,8 +188,8 @@ class CallStats:
         if batch is None:
             own.execute()
 
-    def _count(self, pipe: Any, tool: str, counts: dict[str, int]) -> None:
-        key = self.keys.stats(int(self.clock.now() // 60))
+    def _count(self, pipe: Any, tool: str, bucket: int, counts: dict[str, int]) -> None:
+        key = self.keys.stats(int(self.clock.now() // 60), bucket)
         for name, amount in counts.items():
             pipe.hincrby(key, f"{tool}{_SEP}{name}", amount)
         pipe.expire(key, STATS_TTL_S)
@@ -202,19 +206,25 @@ class CallStats:
             raise ValueError(f"minutes must be between 1 and {STATS_TTL_S // 60}, not {minutes}")
         now = self.clock.now()
         current = int(now // 60)
+        buckets = range(self.keys.buckets)
         pipe = self.redis.pipeline(transaction=False)
         for minute in range(current - minutes + 1, current + 1):
-            pipe.hgetall(self.keys.stats(minute))
-        pipe.zremrangebyscore(self.keys.in_flight(), "-inf", f"({now!r}")
-        pipe.zrange(self.keys.in_flight(), 0, -1)
-        *hashes, _, running = pipe.execute()
+            for bucket in buckets:
+                pipe.hgetall(self.keys.stats(minute, bucket))
+        for bucket in buckets:
+            pipe.zremrangebyscore(self.keys.in_flight(bucket), "-inf", f"({now!r}")
+            pipe.zrange(self.keys.in_flight(bucket), 0, -1)
+        replies = pipe.execute()
+        hashes = replies[: minutes * len(buckets)]
+        running = replies[minutes * len(buckets) + 1 :: 2]
         counts: Counter[tuple[str, str]] = Counter()
         for fields in hashes:
             for name, value in fields.items():
                 tool, _, counter = _text(name).partition(_SEP)
                 counts[tool, counter] += int(value)
-        for member in running:
-            counts[_text(member).split(_SEP, 1)[0], "in_flight"] += 1
+        for members in running:
+            for member in members:
+                counts[_text(member).split(_SEP, 1)[0], "in_flight"] += 1
         return _assemble(counts)
 
 

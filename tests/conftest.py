@@ -1,6 +1,10 @@
 """Fixtures: a real Redis per test session, a misbehaving HTTP service, real workers.
 
-Redis: with ``TOOLEXEC_TEST_REDIS_URL`` set, the suite claims a database on
+Redis: with ``TOOLEXEC_TEST_CLUSTER=1``, the session starts a 3-master Redis
+Cluster of its own (:class:`toolexec.localcluster.LocalCluster`, skipped with the
+reason where redis-server is missing) and the broker must be apart from it
+(``TOOLEXEC_TEST_BROKER_URL``, RabbitMQ on loopback by default). With
+``TOOLEXEC_TEST_REDIS_URL`` set, the suite claims a database on
 that server that is empty and that no other run holds, and leaves it empty
 again; a database with anyone's data in it is skipped, never touched, never
 flushed. Otherwise it starts its own embedded Valkey in a temporary
@@ -16,10 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cluster_support import broker_url, cluster_run
 from database_support import claim_database, release_database
 
 from toolexec.client import ToolClient
 from toolexec.embedded import ensure_embedded, stop_embedded
+from toolexec.localcluster import ClusterUnavailable, LocalCluster
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, WorkerProcess
 
@@ -28,6 +34,9 @@ TESTS = Path(__file__).parent
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if cluster_run():
+        yield from _cluster_url(tmp_path_factory)
+        return
     shared = os.environ.get("TOOLEXEC_TEST_REDIS_URL")
     if shared:
         run = uuid.uuid4().hex
@@ -41,11 +50,20 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     stop_embedded(data_dir)
 
 
+def _cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    try:
+        cluster = LocalCluster(tmp_path_factory.mktemp("cluster")).start()
+    except ClusterUnavailable as exc:
+        pytest.skip(f"TOOLEXEC_TEST_CLUSTER=1 but {exc}")
+    yield cluster.url
+    cluster.stop()
+
+
 @pytest.fixture(scope="session")
 def settings(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Settings:
     return Settings(
         redis_url=redis_url,
-        broker_url=os.environ.get("TOOLEXEC_TEST_BROKER_URL") or None,
+        broker_url=broker_url(),
         data_dir=tmp_path_factory.mktemp("data"),
         key_prefix=f"t-{uuid.uuid4().hex[:8]}",
         default_timeout=30.0,

@@ -54,7 +54,7 @@ from toolexec.clock import Clock
 from toolexec.errors import ConfigurationError, RedisUnavailableError, UsageError
 from toolexec.failopen import REDIS_ERRORS, FailOpen
 from toolexec.keys import BREAKER_IDLE_TTL_S, Keys
-from toolexec.lua import script_source
+from toolexec.lua import register, script_source
 from toolexec.policies import BreakerPolicy
 
 __all__ = ["CircuitBreaker"]
@@ -179,11 +179,11 @@ class CircuitBreaker:
             log=log,
         )
         self._registered: dict[str, float] = {}
-        self._check = client.register_script(script_source("breaker", "breaker_check"))
-        self._acquire = client.register_script(script_source("breaker", "breaker_acquire"))
-        self._record = client.register_script(script_source("breaker", "breaker_record"))
-        self._trip = client.register_script(script_source("breaker", "breaker_trip"))
-        self._reset = client.register_script(script_source("breaker", "breaker_reset"))
+        self._check = register(client, script_source("breaker", "breaker_check"))
+        self._acquire = register(client, script_source("breaker", "breaker_acquire"))
+        self._record = register(client, script_source("breaker", "breaker_record"))
+        self._trip = register(client, script_source("breaker", "breaker_trip"))
+        self._reset = register(client, script_source("breaker", "breaker_reset"))
 
     # -- listeners ---------------------------------------------------------
 

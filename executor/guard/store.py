@@ -20,7 +20,7 @@ from toolexec.failopen import REDIS_ERRORS
 from toolexec.guard.model import GuardedResult, RoundPlan, RunState, RunView
 from toolexec.guard.planning import plan_round, settle_round
 from toolexec.keys import RUN_IDLE_TTL_S, Keys
-from toolexec.lua import script_source
+from toolexec.lua import register, script_source
 from toolexec.policies import RunBudget
 from toolexec.results import ToolResult
 
@@ -64,7 +64,7 @@ class RunGuard:
         self.redis = redis
         self.keys = keys or Keys()
         self.clock: Clock = clock or SystemClock()
-        self._cas = redis.register_script(script_source("run_state_cas", prelude=False))
+        self._cas = register(redis, script_source("run_state_cas", prelude=False))
 
     @property
     def key(self) -> str:

@@ -2,8 +2,10 @@
 
 The scripts are ``executor/lua/idempotency_*.lua``, each joined after the
 shared ``prelude.lua`` and ``idempotency_record.lua`` (the record's keys, the
-lease and the fencing check). All keys share the ``{idem}`` hash tag so that each
-script's keys sit in one Redis Cluster slot.
+lease and the fencing check). A script's keys (the record, its waiters, its
+bucket of the lease index and that bucket's token counter) share the bucket's
+hash tag (``Keys.idempotency_bucket``), so each script touches one Redis Cluster
+slot while the fleet's records spread over ``Keys.buckets`` slots.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from toolexec.idempotency.records import (
     Mode,
 )
 from toolexec.keys import Keys
-from toolexec.lua import script_source
+from toolexec.lua import register, script_source
 from toolexec.results import ToolResult
 
 __all__ = ["IdempotencyStore"]
@@ -37,7 +39,7 @@ __all__ = ["IdempotencyStore"]
 
 def _record_script(client: redis.Redis, name: str) -> Script:
     """``name``'s script, after the prelude and the record's shared definitions."""
-    return client.register_script(script_source("idempotency_record", name))
+    return register(client, script_source("idempotency_record", name))
 
 
 def _text(value: Any) -> str:
@@ -66,20 +68,20 @@ class IdempotencyStore:
         self.clock = clock
         self.lease_s = lease_s
         self.retention_s = retention_s
-        self._begin = client.register_script(
+        self._begin = register(client,
             script_source("idempotency_record", "idempotency_begin")
         )
-        self._renew = client.register_script(
+        self._renew = register(client,
             script_source("idempotency_record", "idempotency_renew")
         )
         self._park = _record_script(client, "idempotency_park")
-        self._finish = client.register_script(
+        self._finish = register(client,
             script_source("idempotency_record", "idempotency_finish")
         )
-        self._claim = client.register_script(
+        self._claim = register(client,
             script_source("idempotency_record", "idempotency_claim")
         )
-        self._due = client.register_script(script_source("idempotency_due"))
+        self._due = register(client, script_source("idempotency_due"))
 
     def begin(
         self,
@@ -229,10 +231,22 @@ class IdempotencyStore:
         if batch is None:
             own.execute()
 
-    def due(self, limit: int = 100) -> list[str]:
-        """Records whose lease has ended, by the index (a hint; :meth:`claim` decides)."""
-        raw = self._due(keys=[self.keys.idempotency_leases()], args=[self._now_arg(), limit])
-        return [_text(r) for r in raw]
+    def due(self, limit: int = 100, buckets: Sequence[int] | None = None) -> list[str]:
+        """Records whose lease has ended, by the index (a hint; :meth:`claim` decides).
+
+        ``buckets`` of the index are asked (all by default) in one pipeline (on a
+        cluster, one round trip per shard), each for at most ``limit``; at most
+        ``limit`` are returned.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        for bucket in range(self.keys.buckets) if buckets is None else buckets:
+            self._due(
+                keys=[self.keys.idempotency_leases(bucket)],
+                args=[self._now_arg(), limit],
+                client=pipe,
+            )
+        found = [_text(r) for raw in pipe.execute() for r in raw]
+        return found[:limit]
 
     def claim(self, records: Sequence[str]) -> list[Message]:
         """The messages to publish again for these expired leases, in one round trip.
@@ -266,8 +280,8 @@ class IdempotencyStore:
         return [
             k.idempotency(record),
             k.idempotency_waiters(record),
-            k.idempotency_leases(),
-            k.idempotency_tokens(),
+            k.idempotency_leases_of(record),
+            k.idempotency_tokens(record),
         ]
 
     def _now_arg(self) -> str:

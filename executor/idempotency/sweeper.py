@@ -7,6 +7,7 @@ the worker runtime (``toolexec.tasks.runtime``), so this module knows no Celery.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Callable, Sequence
 
@@ -17,6 +18,9 @@ from toolexec.idempotency.ticks import run_every
 __all__ = ["LeaseSweeper"]
 
 log = logging.getLogger("toolexec.idempotency")
+
+#: A sweeper goes through the lease index's buckets in this many ticks.
+SWEEP_SPLIT = 4
 
 
 class LeaseSweeper:
@@ -43,11 +47,16 @@ class LeaseSweeper:
         self.interval_s = interval_s
         self.limit = limit
         self._stop = threading.Event()
+        # Each tick scans a quarter of the lease index's buckets, from a random
+        # start so that a fleet's sweepers cover every bucket at once: every
+        # bucket is seen within four ticks by each sweeper, and a worker's
+        # sweeping costs 4 small scripts a tick, not one per bucket.
+        self._cursor = random.randrange(store.keys.buckets)
         self._thread: threading.Thread | None = None
 
     def sweep_once(self) -> list[Message]:
-        """Publish every call whose lease ended; returns what was published."""
-        due = self.store.due(self.limit)
+        """Publish the calls whose lease ended in this tick's buckets; returns them."""
+        due = self.store.due(self.limit, self._next_buckets())
         if not due:
             return []
         messages = self.store.claim(due)
@@ -60,6 +69,13 @@ class LeaseSweeper:
                 message.task,
             )
         return messages
+
+    def _next_buckets(self) -> list[int]:
+        total = self.store.keys.buckets
+        step = max(1, -(-total // SWEEP_SPLIT))
+        chosen = [(self._cursor + i) % total for i in range(step)]
+        self._cursor = (self._cursor + step) % total
+        return chosen
 
     def start(self) -> LeaseSweeper:
         self._thread = threading.Thread(target=self._loop, name="toolexec-sweeper", daemon=True)

@@ -8,6 +8,6 @@ from an injected clock instead. Numbers go back as ``'%.17g'`` strings because
 Redis truncates Lua numbers to integers on the way out.
 """
 
-from toolexec.lua.scripts import script_source
+from toolexec.lua.scripts import SlotScript, register, script_source
 
-__all__ = ["script_source"]
+__all__ = ["SlotScript", "register", "script_source"]

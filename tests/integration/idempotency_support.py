@@ -53,8 +53,7 @@ def signal_worker(proc: WorkerProcess, sig: signal.Signals) -> None:
 
 def record_of(client: redis.Redis, keys: Keys, call_id: str) -> dict[str, str]:
     """The idempotency record some call of ``call_id`` owns (or last owned)."""
-    pattern = keys.idempotency("*")
-    for key in client.scan_iter(match=pattern.replace("{", "\\{").replace("}", "\\}")):
+    for key in client.scan_iter(match=f"{keys.prefix}:idem:*"):
         if client.type(key) != "hash":
             continue  # the lease index, the token counter, waiters
         record: dict[str, str] = client.hgetall(key)

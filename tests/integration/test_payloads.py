@@ -22,6 +22,7 @@ from payload_tools import PARKED_QUEUE, make_items, make_text
 
 from toolexec.client import CallHandle, ToolClient
 from toolexec.clock import ManualClock
+from toolexec.connection import redis_client
 from toolexec.errors import PayloadExpiredError, PayloadMissingError
 from toolexec.keys import Keys
 from toolexec.payloads.tokens import estimate_tokens, json_bytes
@@ -54,7 +55,7 @@ def pclient(settings: Settings, payload_worker: WorkerProcess) -> Iterator[ToolC
 
 @pytest.fixture(scope="module")
 def raw(settings: Settings) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(settings.redis_url or "")
+    client = redis_client(settings.redis_url or "", decode_responses=False)
     yield client
     client.close()
 
@@ -186,10 +187,12 @@ def test_a_tools_own_token_budget_bounds_its_preview(pclient: ToolClient, raw: r
 
 
 def test_a_large_argument_leaves_the_broker_message_small(
-    pclient: ToolClient, raw: redis.Redis
+    pclient: ToolClient, raw: redis.Redis, settings: Settings
 ) -> None:
     """Given a 10 MB document argument, when the call is published, then the message on
     the broker is < 4 KB and carries a reference instead of the document."""
+    if (settings.broker_url or "redis").startswith("amqp"):
+        pytest.skip("reads the parked message from a Redis broker's list; this run's is RabbitMQ")
     raw.delete(PARKED_QUEUE)
     stall_queue(pclient.redis, pclient.keys, PARKED_QUEUE)
     pclient.submit("parked_digest", {"document": make_text(TEN_MB_LINES)}, timeout=5)

@@ -32,3 +32,15 @@ def test_a_redis_broker_redelivers_before_the_longest_deadline_plus_a_minute() -
     options = config["broker_transport_options"]
     assert options["visibility_timeout"] == Settings(data_dir=Path("/x")).max_timeout + 60  # type: ignore[index]
     assert "confirm_publish" not in options  # type: ignore[operator]
+
+
+def test_with_the_state_on_a_cluster_celery_gets_the_broker_and_no_result_backend() -> None:
+    """Celery has no Redis Cluster backend, and toolexec sends no result through one."""
+    settings = Settings(
+        redis_url="redis+cluster://127.0.0.1:7000,127.0.0.1:7001",
+        broker_url="amqp://guest:guest@127.0.0.1:5672//",
+        data_dir=Path("/x"),
+    )
+    config = celery_config(settings)
+    assert config["broker_url"] == "amqp://guest:guest@127.0.0.1:5672//"
+    assert config["result_backend"] is None

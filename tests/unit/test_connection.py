@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolexec.connection import celery_url, parse_sentinel, redact_url
+from toolexec.connection import celery_url, parse_cluster, parse_sentinel, redact_url
 from toolexec.errors import ConfigurationError
 
 SENTINELS = "sentinel://:pw@s1:26379/2;sentinel://s2:26380/2;sentinel://s3/2?master_name=mymaster"
@@ -44,3 +44,44 @@ def test_passwords_are_masked_in_every_part_of_a_url() -> None:
 
     assert "one" not in shown and "two" not in shown
     assert shown == "sentinel://:***@s1:26379/0;sentinel://:***@s2:26379/0"
+
+
+CLUSTER = "rediss+cluster://app:s3cret@10.0.0.1:7000,10.0.0.2:7001/0?ssl_cert_reqs=required"
+
+
+def test_a_cluster_url_names_every_seed_node_its_credentials_and_tls_options() -> None:
+    target = parse_cluster(CLUSTER)
+
+    assert target.nodes == [("10.0.0.1", 7000), ("10.0.0.2", 7001)]
+    assert (target.username, target.password, target.tls) == ("app", "s3cret", True)
+    assert target.client_kwargs()["ssl_cert_reqs"] == "required"
+    assert parse_cluster("redis+cluster://h:1").client_kwargs() == {
+        "username": None,
+        "password": None,
+    }
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis+cluster://:pw@h1:7000,h2/0", "not host:port"),
+        ("redis+cluster://:pw@h1:7000/3", "only database 0"),
+        ("redis+cluster://:pw@h1:7000?db=1", "unknown parameter"),
+        ("redis+cluster://:pw@", "names no cluster node"),
+    ],
+)
+def test_a_wrong_cluster_url_is_refused_saying_why_and_never_showing_the_password(
+    url: str, says: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=says) as caught:
+        parse_cluster(url)
+
+    assert "pw" not in str(caught.value).replace("pw@", "")
+    assert ":***@" in str(caught.value)
+
+
+def test_a_cluster_url_is_shown_with_its_password_masked() -> None:
+    assert redact_url(CLUSTER) == (
+        "rediss+cluster://app:***@10.0.0.1:7000,10.0.0.2:7001/0?ssl_cert_reqs=required"
+    )
+    assert redact_url("redis+cluster://h1:1,h2:2") == "redis+cluster://h1:1,h2:2"

@@ -67,7 +67,7 @@ def test_the_first_call_acquires_a_lease_that_the_index_lists_by_its_end(
     assert record["state"] == "in_progress" and record["phase"] == "running"
     assert (record["owner"], record["token"]) == (lease.owner, str(lease.token))
     assert float(record["lease_until"]) == clock.now() + LEASE_S
-    assert rdb.zscore(keys.idempotency_leases(), RECORD) == clock.now() + LEASE_S
+    assert rdb.zscore(keys.idempotency_leases_of(RECORD), RECORD) == clock.now() + LEASE_S
     assert 0 < rdb.pttl(keys.idempotency(RECORD)) <= RETENTION_S * 1000
 
 
@@ -112,7 +112,7 @@ def test_finishing_stores_the_result_for_replay_and_hands_back_the_waiters(
     assert finished.stored
     assert [w.call_id for w in finished.waiters] == ["c2", "c3"]  # by deadline
     assert finished.waiters[0] == ctx_of(clock, "c2")
-    assert rdb.zscore(keys.idempotency_leases(), RECORD) is None
+    assert rdb.zscore(keys.idempotency_leases_of(RECORD), RECORD) is None
     replay = begin(store, ctx_of(clock, "c4"))
     assert replay.kind == "replay" and replay.state == "succeeded"
     assert replay.stored is not None and replay.stored.data == "sent"
@@ -149,7 +149,7 @@ def test_renewal_moves_the_lease_end_forward(
     clock.advance(4.0)
     assert store.renew(lease)
     assert float(store.snapshot(RECORD)["lease_until"]) == clock.now() + LEASE_S
-    assert rdb.zscore(keys.idempotency_leases(), RECORD) == clock.now() + LEASE_S
+    assert rdb.zscore(keys.idempotency_leases_of(RECORD), RECORD) == clock.now() + LEASE_S
     clock.advance(4.0)  # past the first lease end, within the renewed one
     assert begin(store, ctx_of(clock, "c2")).kind == "joined"
 
@@ -246,9 +246,9 @@ def test_a_sweep_skips_a_lease_renewed_since_the_index_said_it_was_due(
     store: IdempotencyStore, clock: ManualClock, rdb: redis.Redis, keys: Keys
 ) -> None:
     lease = held(begin(store, ctx_of(clock, "c1")))
-    rdb.zadd(keys.idempotency_leases(), {RECORD: clock.now() - 1})  # a stale index entry
+    rdb.zadd(keys.idempotency_leases_of(RECORD), {RECORD: clock.now() - 1})  # a stale index entry
     assert store.claim(store.due()) == []
-    assert rdb.zscore(keys.idempotency_leases(), RECORD) == clock.now() + LEASE_S
+    assert rdb.zscore(keys.idempotency_leases_of(RECORD), RECORD) == clock.now() + LEASE_S
     assert store.renew(lease)
 
 

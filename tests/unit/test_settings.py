@@ -102,3 +102,19 @@ def test_bad_values_are_refused_naming_the_setting(
     field = variable.removeprefix("TOOLEXEC_").lower()
     with pytest.raises(pydantic.ValidationError, match=field):
         Settings.from_env()
+
+
+def test_a_cluster_needs_a_broker_of_its_own(clean_env: pytest.MonkeyPatch) -> None:
+    """kombu cannot use a Redis Cluster: refused at start, not at the first publish."""
+    clean_env.setenv("TOOLEXEC_REDIS_URL", "redis+cluster://127.0.0.1:7000")
+    with pytest.raises(pydantic.ValidationError, match="set TOOLEXEC_BROKER_URL"):
+        Settings.from_env()
+
+    clean_env.setenv("TOOLEXEC_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+    assert Settings.from_env().broker_url == "amqp://guest:guest@127.0.0.1:5672//"
+
+
+def test_a_cluster_url_as_the_broker_is_refused(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("TOOLEXEC_BROKER_URL", "rediss+cluster://127.0.0.1:7000")
+    with pytest.raises(pydantic.ValidationError, match="cannot use a cluster as its broker"):
+        Settings.from_env()

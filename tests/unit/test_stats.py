@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from toolexec.clock import ManualClock
-from toolexec.keys import STATS_TTL_S, Keys
+from toolexec.keys import STATS_TTL_S, Keys, bucket_of
 from toolexec.stats import CallStats
 
 START = 1_700_000_040.0  # on a minute boundary
@@ -60,7 +60,7 @@ def test_an_attempt_of_a_dead_worker_stops_counting_when_its_lease_ends(
     minute_clock.advance(31)
 
     assert "slow" not in stats.window(1)
-    assert rdb.zcard(keys.in_flight()) == 0
+    assert sum(rdb.zcard(keys.in_flight(b)) for b in range(keys.buckets)) == 0
 
 
 def test_the_window_holds_only_the_last_minutes(
@@ -80,10 +80,10 @@ def test_the_window_holds_only_the_last_minutes(
 def test_every_key_written_expires(stats: CallStats, rdb: redis.Redis, keys: Keys) -> None:
     """A minute's hash outlives the longest window; the running set outlives every lease."""
     stats.started("fetch", "c1", 1, START + 30)
-    assert 900 < rdb.ttl(keys.in_flight()) <= 960
+    assert 900 < rdb.ttl(keys.in_flight(bucket_of("c1"))) <= 960
 
     stats.retrying("fetch", "c1", 1, "timeout")
-    assert 0 < rdb.ttl(keys.stats(int(START // 60))) <= STATS_TTL_S
+    assert 0 < rdb.ttl(keys.stats(int(START // 60), bucket_of("c1"))) <= STATS_TTL_S
     assert STATS_TTL_S >= 60 * 60 + 60
 
 
@@ -94,7 +94,7 @@ def test_tools_are_kept_apart_and_an_unknown_counter_is_ignored(
     stats.started("a", "c1", 1, START + 30)
     stats.finished("a", "c1", 1, None)
     stats.started("b", "c2", 1, START + 30)
-    rdb.hincrby(keys.stats(int(START // 60)), "a|hedged", 4)
+    rdb.hincrby(keys.stats(int(START // 60), 3), "a|hedged", 4)
 
     seen = stats.window(1)
 

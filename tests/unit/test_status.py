@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from toolexec.clock import ManualClock
 from toolexec.connection import fail_fast_client, redis_client
 from toolexec.context import CallContext
-from toolexec.keys import Keys
+from toolexec.keys import Keys, bucket_of
 from toolexec.observe import LEASE_GRACE_S, CallObservers
 from toolexec.ops.metrics import Metrics
 from toolexec.ops.status import amqp_depths, queue_names, redis_depths
@@ -115,7 +115,9 @@ def test_an_attempt_is_leased_for_its_time_limit_plus_a_grace(
     observers.started(_spec(registry), ctx, 1)
 
     try:
-        ((_, lease),) = client.zrange(keys.in_flight(), 0, -1, withscores=True)
+        ((_, lease),) = client.zrange(
+            keys.in_flight(bucket_of(ctx.call_id)), 0, -1, withscores=True
+        )
     finally:
         client.close()
     assert lease == clock.now() + 5 + LEASE_GRACE_S
