@@ -10,6 +10,13 @@ resolved address, then connects to that same address (the host name stays in
 the Host header and TLS SNI): a name that resolves to a public address when
 checked and to 127.0.0.1 when connecting (DNS rebinding) cannot slip through.
 
+IPv6 addresses that carry an IPv4 address inside them are judged by what
+they carry: a NAT64 gateway turns ``64:ff9b::a9fe:a9fe`` into 169.254.169.254,
+a 6to4 relay ``2002:a9fe:a9fe::`` likewise, and a host's own stack treats
+``::127.0.0.1`` (IPv4-compatible) and ``::ffff:0:7f00:1`` (IPv4-translated) as
+the IPv4 address. The translation prefixes are refused as such too, unless the
+operator allows them, since whatever sits behind the translator is reached.
+
 ``TOOLEXEC_HTTP_ALLOW`` lists what is reachable nonetheless: host names
 (``internal.example``, ``*.svc.cluster.local``), addresses and networks
 (``127.0.0.1``, ``10.0.0.0/8``, ``fd00::/8``).
@@ -27,7 +34,7 @@ import httpx
 
 from toolexec.errors import ConfigurationError, ForbiddenError
 
-__all__ = ["EgressPolicy", "GuardedTransport", "forbidden_reason", "resolve"]
+__all__ = ["EgressPolicy", "GuardedTransport", "embedded_ipv4", "forbidden_reason", "resolve"]
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -41,10 +48,46 @@ METADATA = frozenset(
 )
 
 
+_LOW32 = 0xFFFFFFFF
+
+#: IPv6 prefixes whose addresses stand for an IPv4 one: (network, its name with an
+#: article, the bit shift of the IPv4 address inside; None when the prefix length
+#: varies, so it cannot be decoded).
+_TRANSLATIONS: tuple[tuple[ipaddress.IPv6Network, str, int | None], ...] = (
+    (ipaddress.IPv6Network("64:ff9b::/96"), "a NAT64", 0),  # RFC 6052 well-known prefix
+    (ipaddress.IPv6Network("64:ff9b:1::/48"), "a local-use NAT64", None),  # RFC 8215
+    (ipaddress.IPv6Network("2002::/16"), "a 6to4", 80),  # RFC 3056: bits 16-47
+    (ipaddress.IPv6Network("::ffff:0:0:0/96"), "an IPv4-translated", 0),  # RFC 2765 (SIIT)
+    (ipaddress.IPv6Network("::/96"), "an IPv4-compatible", 0),  # RFC 4291, deprecated
+)
+
+
+def embedded_ipv4(address: Address) -> tuple[str, ipaddress.IPv4Address | None] | None:
+    """The kind of translation address ``address`` is and the IPv4 address inside it.
+
+    None for an ordinary address (IPv4, IPv4-mapped, or plain IPv6); ``::`` and
+    ``::1`` are the unspecified and loopback addresses, not IPv4-compatible ones.
+    """
+    if not isinstance(address, ipaddress.IPv6Address) or int(address) <= 1:
+        return None
+    for network, kind, shift in _TRANSLATIONS:
+        if address in network:
+            inner = None if shift is None else (int(address) >> shift) & _LOW32
+            return kind, None if inner is None else ipaddress.IPv4Address(inner)
+    return None
+
+
 def forbidden_reason(address: Address) -> str | None:
     """Why ``address`` is not public (None when it is): the words a refusal uses."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
+    translated = embedded_ipv4(address)
+    if translated is not None:
+        kind, inner = translated
+        inner_reason = None if inner is None else forbidden_reason(inner)
+        if inner_reason is not None:
+            return f"{inner_reason} ({inner}) embedded in {kind} address"
+        return f"{kind} address, which reaches whatever the translator forwards it to"
     checks = (
         (address in METADATA, "a cloud metadata service"),
         (address.is_loopback, "a loopback address"),
@@ -93,7 +136,13 @@ class EgressPolicy:
         return name in self.hosts or name.endswith(self.suffixes)
 
     def allows(self, address: Address) -> bool:
-        return forbidden_reason(address) is None or any(address in n for n in self.networks)
+        """Public, or listed; a listed translation prefix still has its IPv4 address judged."""
+        if forbidden_reason(address) is None:
+            return True
+        if not any(address in n for n in self.networks):
+            return False
+        translated = embedded_ipv4(address)
+        return translated is None or translated[1] is None or self.allows(translated[1])
 
     def pick(self, url: str, host: str, addresses: list[str]) -> str:
         """The first address ``host`` may be reached at; ``forbidden`` when there is none."""
