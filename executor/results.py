@@ -123,6 +123,10 @@ class PayloadRef(BaseModel):
     size_bytes: int
     content_type: str
     sha256: str
+    index_sha256: str | None = Field(
+        default=None,
+        description="sha256 of the stored paging index, so a page read is verified too.",
+    )
     expires_at: float | None = None
     unit: PayloadUnit = Field(description="What read_payload's offset and limit count.")
     count: int = Field(description="How many lines, items or keys the whole value has.")

@@ -9,9 +9,10 @@ is then one ranged read between two marks, not a download of the whole value.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from toolexec.results import PayloadUnit
@@ -24,6 +25,8 @@ __all__ = [
     "Index",
     "decode",
     "encode",
+    "segment_bounds",
+    "segment_digest",
     "span",
     "split_units",
 ]
@@ -47,6 +50,10 @@ class Index:
     content_type: str
     sha256: str
     marks: list[tuple[int, int]]  # (unit number, byte offset); the last is (count, end)
+    #: :func:`segment_digest` of each stretch between :func:`segment_bounds`, so a page
+    #: (always whole stretches) is verified without reading the rest. Empty in an
+    #: index written before pages were verified.
+    segments: list[str] = field(default_factory=list)
 
     def to_bytes(self) -> bytes:
         return _dump(self.__dict__).encode()
@@ -130,6 +137,16 @@ def _encode_entries(
     chunks.append(closer)
     marks.append((count, offset))
     return Encoded(b"".join(chunks), JSON_TYPE, unit, count, marks)
+
+
+def segment_bounds(marks: Sequence[tuple[int, int]], size: int) -> list[int]:
+    """The byte offsets that cut a body into verifiable stretches: 0, every mark, the end."""
+    return sorted({0, size, *(byte for _, byte in marks)})
+
+
+def segment_digest(data: bytes | memoryview) -> str:
+    """A stretch's digest: sha256 like the whole body's, cut to 128 bits to keep the index small."""
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
 def decode(body: bytes, content_type: str) -> Any:

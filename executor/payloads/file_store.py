@@ -4,6 +4,11 @@ Each payload is one file, written to a temporary name and renamed, so a
 reader never sees half of one. Its modification time is set to its expiry:
 reads past it fail as expired, and a cron job can reclaim space with
 ``find DIR -type f ! -newermt now -delete`` (or :meth:`purge_expired`).
+
+A read never deletes: a key can come from a model (``read_payload``), and an
+expired read must not remove whatever old file sits in the directory. Nor does
+it follow a symbolic link: someone who can write into the directory could
+otherwise make a payload read any file the process may read.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import re
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,12 +27,12 @@ from toolexec.errors import (
     PayloadExpiredError,
     PayloadMissingError,
     PayloadStoreUnavailableError,
-    UsageError,
 )
+from toolexec.payloads.store import KEY_PATTERN, check_key
 
 __all__ = ["FilePayloadStore"]
 
-_KEY = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}$")
+_TMP_PREFIX = ".tmp-"
 
 
 class FilePayloadStore:
@@ -49,7 +54,7 @@ class FilePayloadStore:
         target = self._path(key)
         expires = self.clock.now() + ttl_s
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=self.directory)
+            fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=self.directory)
         except OSError as exc:
             raise _unwritable(key, self.directory, exc) from exc
         try:
@@ -75,19 +80,21 @@ class FilePayloadStore:
         try:
             with self._open(key):
                 return True
-        except PayloadMissingError:
+        except (PayloadMissingError, PayloadExpiredError):
             return False
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)
 
     def purge_expired(self) -> int:
-        """Delete every expired payload; returns how many went."""
+        """Delete every expired payload (regular files with a payload's name); how many went."""
         now = self.clock.now()
         gone = 0
         for path in self.directory.iterdir():
+            ours = KEY_PATTERN.fullmatch(path.name) or path.name.startswith(_TMP_PREFIX)
             with contextlib.suppress(OSError):
-                if path.is_file() and path.stat().st_mtime <= now:
+                info = path.lstat()  # a link is not a payload, whatever it points at
+                if ours and stat.S_ISREG(info.st_mode) and info.st_mtime <= now:
                     path.unlink()
                     gone += 1
         return gone
@@ -96,23 +103,24 @@ class FilePayloadStore:
     def _open(self, key: str) -> Iterator[BinaryIO]:
         path = self._path(key)
         try:
-            handle = path.open("rb")
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except FileNotFoundError:
             raise PayloadMissingError(f"there is no file {path}") from None
         except OSError as exc:
+            if os.path.islink(path):
+                raise PayloadMissingError(f"{path} is a symbolic link, not a payload") from None
             raise PayloadStoreUnavailableError(f"cannot read {path} ({exc})") from exc
-        with handle:
-            expires = os.fstat(handle.fileno()).st_mtime
-            if expires <= self.clock.now():
-                path.unlink(missing_ok=True)
-                when = datetime.datetime.fromtimestamp(expires, datetime.UTC).isoformat()
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):  # a FIFO or device would block or never end
+                raise PayloadMissingError(f"{path} is not a regular file, not a payload")
+            if info.st_mtime <= self.clock.now():
+                when = datetime.datetime.fromtimestamp(info.st_mtime, datetime.UTC).isoformat()
                 raise PayloadExpiredError(f"{path} expired at {when}")
             yield handle
 
     def _path(self, key: str) -> Path:
-        if not _KEY.match(key):
-            raise UsageError(f"{key!r} is not a payload key (letters, digits, '.', '_', '-')")
-        return self.directory / key
+        return self.directory / check_key(key)
 
 
 def _unwritable(key: str, directory: Path, exc: OSError) -> PayloadStoreUnavailableError:

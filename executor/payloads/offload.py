@@ -12,6 +12,7 @@ argument (a document to summarise), and the worker's
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 import uuid
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ from toolexec.errors import (
     UnavailableError,
 )
 from toolexec.layers import Attempt, Layer, Outcome, Proceed
-from toolexec.payloads.encoding import Encoded, Index, encode
+from toolexec.payloads.encoding import Encoded, Index, encode, segment_bounds, segment_digest
 from toolexec.payloads.preview import build_preview
 from toolexec.payloads.reader import INDEX_SUFFIX, PayloadReader
 from toolexec.payloads.store import PayloadStore, open_store
@@ -80,21 +81,29 @@ _OVERLAP_BYTES = 1_000_000
 
 
 class _Digest:
-    """sha256 of ``data``, computed beside the caller: hashing and socket writes both
-    release the GIL, so at 10 MB the hash costs nothing on top of the write. A
-    thread per large payload, not a pool, so a forked (prefork) worker inherits
-    no pool whose threads did not survive the fork."""
+    """sha256 of ``data`` and of each stretch a page read fetches, computed beside the
+    caller: hashing and socket writes both release the GIL, so at 10 MB the hash
+    costs nothing on top of the write. A thread per large payload, not a pool, so a
+    forked (prefork) worker inherits no pool whose threads did not survive the fork."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, bounds: list[int]) -> None:
         self._data = data
+        self._bounds = bounds
         self._value = ""
+        self.segments: list[str] = []
         self._thread: threading.Thread | None = None
         if len(data) >= _OVERLAP_BYTES:
             self._thread = threading.Thread(target=self._run, name="toolexec-sha256")
             self._thread.start()
 
     def _run(self) -> None:
-        self._value = hashlib.sha256(self._data).hexdigest()
+        whole = hashlib.sha256()
+        view = memoryview(self._data)
+        for start, end in itertools.pairwise(self._bounds):
+            stretch = view[start:end]
+            whole.update(stretch)
+            self.segments.append(segment_digest(stretch))
+        self._value = whole.hexdigest()
 
     def hexdigest(self) -> str:
         if self._thread is None:
@@ -120,7 +129,7 @@ class Offloader:
 
     def put_encoded(self, encoded: Encoded, ttl_s: float) -> PayloadRef:
         key = uuid.uuid4().hex
-        digest = _Digest(encoded.body)
+        digest = _Digest(encoded.body, segment_bounds(encoded.marks, len(encoded.body)))
         self.store.put(key, encoded.body, ttl_s)
         sha256 = digest.hexdigest()
         index = Index(
@@ -130,14 +139,17 @@ class Offloader:
             content_type=encoded.content_type,
             sha256=sha256,
             marks=encoded.marks,
+            segments=digest.segments,
         )
-        self.store.put(key + INDEX_SUFFIX, index.to_bytes(), ttl_s)
+        raw_index = index.to_bytes()
+        self.store.put(key + INDEX_SUFFIX, raw_index, ttl_s)
         return PayloadRef(
             key=key,
             store=self.store.kind,
             size_bytes=len(encoded.body),
             content_type=encoded.content_type,
             sha256=sha256,
+            index_sha256=hashlib.sha256(raw_index).hexdigest(),
             expires_at=self.clock.now() + ttl_s,
             unit=encoded.unit,
             count=encoded.count,

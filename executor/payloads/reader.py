@@ -20,8 +20,15 @@ from toolexec.errors import (
     PayloadUnavailableError,
     UsageError,
 )
-from toolexec.payloads.encoding import Index, decode, span, split_units
-from toolexec.payloads.store import PayloadStore
+from toolexec.payloads.encoding import (
+    Index,
+    decode,
+    segment_bounds,
+    segment_digest,
+    span,
+    split_units,
+)
+from toolexec.payloads.store import PayloadStore, check_key
 from toolexec.results import PayloadRef, PayloadUnit
 
 __all__ = ["INDEX_SUFFIX", "PayloadPage", "PayloadReader"]
@@ -79,6 +86,7 @@ class PayloadReader:
 
     def fetch(self, ref: PayloadRef) -> bytes:
         """The payload's bytes, exactly as stored, checked against ``ref.sha256``."""
+        check_key(ref.key)
         self._check_store(ref)
         data = self._guard(ref.key, ref, lambda: self.store.get(ref.key))
         if hashlib.sha256(data).hexdigest() != ref.sha256:
@@ -94,23 +102,45 @@ class PayloadReader:
         return decode(self.fetch(ref), ref.content_type)
 
     def read(self, ref: PayloadRef | str, offset: int = 0, limit: int = 100) -> PayloadPage:
-        """A page of ``limit`` units from ``offset``; ``ref`` may be just the key."""
+        """A page of ``limit`` units from ``offset``; ``ref`` may be just the key.
+
+        The page's bytes are checked against the index's digests of the stretches
+        they span, and with a reference the index itself is checked against it
+        (``index_sha256``, ``sha256``); with only a key, there is nothing outside
+        the store to check the index against.
+        """
         if offset < 0 or limit < 1:
             raise UsageError(f"offset must be >= 0 and limit >= 1, not {offset} and {limit}")
         key = ref if isinstance(ref, str) else ref.key
+        check_key(key)
         known = None if isinstance(ref, str) else ref
         if known is not None:
             self._check_store(known)
-        index = Index.from_bytes(
-            self._guard(key, known, lambda: self.store.get(key + INDEX_SUFFIX))
-        )
+        index = self._index(key, known)
         if offset >= index.count:
             return PayloadPage(key, index.unit, offset, index.count, [])
         first, start, end = span(index.marks, offset, limit)
-        segment = self._guard(key, known, lambda: self.store.get_range(key, start, end))
+        if known is not None and not index.segments:  # written before pages were verified
+            segment = self.fetch(known)[start:end]
+        else:
+            segment = self._guard(key, known, lambda: self.store.get_range(key, start, end))
+            _verify_segment(key, index, start, end, segment)
         units = split_units(segment, index.unit)[offset - first : offset - first + limit]
         entries = [list(pair) for pair in units] if index.unit == "keys" else units
         return PayloadPage(key, index.unit, offset, index.count, entries)
+
+    def _index(self, key: str, known: PayloadRef | None) -> Index:
+        raw = self._guard(key, known, lambda: self.store.get(key + INDEX_SUFFIX))
+        expected = None if known is None else known.index_sha256
+        if expected is not None and hashlib.sha256(raw).hexdigest() != expected:
+            raise _tampered(key, "its paging index does not match the reference")
+        try:
+            index = Index.from_bytes(raw)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise _tampered(key, f"its paging index cannot be read ({exc})") from None
+        if known is not None and index.sha256 != known.sha256:
+            raise _tampered(key, "its paging index belongs to another value")
+        return index
 
     def _check_store(self, ref: PayloadRef) -> None:
         if ref.store != self.store.kind:
@@ -141,3 +171,22 @@ class PayloadReader:
             "was deleted, or was written to another store (check that TOOLEXEC_PAYLOAD_STORE "
             f"is the same for workers and clients). {_WHAT_TO_DO}"
         )
+
+
+def _tampered(key: str, why: str) -> PayloadIntegrityError:
+    return PayloadIntegrityError(
+        f"payload {key} cannot be trusted: {why}; it was changed or replaced in the store. "
+        "Do not use it; call the tool again."
+    )
+
+
+def _verify_segment(key: str, index: Index, start: int, end: int, data: bytes) -> None:
+    """``data`` (bytes ``start`` to ``end``) against the digests of the stretches it spans."""
+    bounds = segment_bounds(index.marks, index.size_bytes)
+    if len(index.segments) != len(bounds) - 1 or start not in bounds or end not in bounds:
+        raise _tampered(key, "its paging index does not describe its body")
+    first = bounds.index(start)
+    for i in range(first, bounds.index(end)):
+        a, b = bounds[i] - start, bounds[i + 1] - start
+        if segment_digest(data[a:b]) != index.segments[i]:
+            raise _tampered(key, f"bytes {bounds[i]}-{bounds[i + 1]} do not match its digest")

@@ -16,17 +16,31 @@ cannot be reached raises :class:`PayloadStoreUnavailableError`.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Protocol
 
 from toolexec.clock import Clock
-from toolexec.errors import ConfigurationError
+from toolexec.errors import ConfigurationError, UsageError
 from toolexec.keys import Keys
 from toolexec.settings import Settings
 
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["PayloadStore", "open_store"]
+__all__ = ["KEY_PATTERN", "PayloadStore", "check_key", "open_store"]
+
+#: What a payload key may be: an id the offloader made (hex) and its ``.index``. A
+#: model can name a key (``read_payload``), so it must never be a path (no '/'),
+#: a hidden file, another Redis key's tail (no ':'), or end in a newline, which
+#: ``$`` would let through: hence ``fullmatch``.
+KEY_PATTERN = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,200}")
+
+
+def check_key(key: str) -> str:
+    """``key`` when it is a payload key; :class:`UsageError` otherwise."""
+    if not isinstance(key, str) or KEY_PATTERN.fullmatch(key) is None:
+        raise UsageError(f"{key!r:.80} is not a payload key (letters, digits, '.', '_', '-')")
+    return key
 
 
 class PayloadStore(Protocol):
