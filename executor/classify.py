@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 import pydantic
 
+from toolexec.bounds import bounded_retry_after
 from toolexec.errors import (
     ClientError,
     ForbiddenError,
@@ -39,6 +40,9 @@ _PERMANENT_BY_STATUS: dict[int, type[ToolException]] = {
     403: ForbiddenError,
     404: NotFoundError,
     422: InvalidArgumentsError,
+    # 5xx that say the server will never do this, however often it is asked
+    501: ClientError,  # Not Implemented: the method is not supported
+    505: ClientError,  # HTTP Version Not Supported
 }
 
 _SUGGESTIONS: dict[type[ToolException], str] = {
@@ -58,7 +62,12 @@ _SUGGESTIONS: dict[type[ToolException], str] = {
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
-    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP-date."""
+    """Seconds to wait from a Retry-After header: delta-seconds or an HTTP-date.
+
+    Within [0, a day] (:func:`toolexec.bounds.bounded_retry_after`): a header is
+    written by whoever answers, and ``1e300`` must not reach a breaker's TTL.
+    The deployment's own, lower cap is applied by the worker's layers.
+    """
     if value is None:
         return None
     text = value.strip()
@@ -72,7 +81,7 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
         seconds = when.timestamp() - now
     if math.isnan(seconds) or math.isinf(seconds):
         return None
-    return max(0.0, seconds)
+    return bounded_retry_after(seconds)
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -92,7 +101,7 @@ def classify_response(
     snippet = body[:_MAX_BODY_IN_MESSAGE]
     message = f"HTTP {status} from {url}" + (f": {snippet}" if snippet else "")
     details = {"status_code": status}
-    if status == 429 or status >= 500:
+    if status == 429 or (status >= 500 and status not in _PERMANENT_BY_STATUS):
         retry_after = parse_retry_after(_header(headers, "retry-after"), now)
         if status == 429:
             return RateLimitedError(
@@ -109,6 +118,17 @@ def classify_response(
         )
     kind = _PERMANENT_BY_STATUS.get(status, ClientError)
     return kind(message, suggestion=_SUGGESTIONS[kind], details=details)
+
+
+def _unfollowable(exc: BaseException) -> ToolException:
+    """A URL or redirect the client will not follow: the same request fails the same way,
+    so it is permanent, and it says nothing about the service's health (no breaker count)."""
+    return ClientError(
+        f"the request cannot be made: {type(exc).__name__}: {exc}",
+        suggestion="The URL, or a redirect it answered with, is not a reachable http(s) "
+        "URL; do not retry it. Use another URL.",
+        details={"exception": type(exc).__name__},
+    )
 
 
 def _timed_out(exc: BaseException) -> ToolTimeoutError:
@@ -140,6 +160,8 @@ def _classify_httpx(exc: BaseException, now: float) -> ToolException | None:
         return classify_response(
             response.status_code, response.headers, response.text, str(exc.request.url), now
         )
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.TooManyRedirects | httpx.InvalidURL):
+        return _unfollowable(exc)
     if isinstance(exc, httpx.TimeoutException):
         return _timed_out(exc)
     if isinstance(exc, httpx.TransportError):

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from toolexec.bounds import finite_epoch
 from toolexec.results import ErrorInfo, StepNote
 
 __all__ = ["CallContext", "ChainState", "Joined"]
@@ -147,6 +148,11 @@ class CallContext:
     #: attempts: one refused without running (an open breaker) still tells the model what
     #: actually failed.
     last_error: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        # a message's times become TTLs and sorted-set scores: NaN or 1e300 must stop here
+        finite_epoch(self.deadline, "deadline")
+        finite_epoch(self.submitted_at, "submitted_at")
 
     def to_json(self) -> dict[str, Any]:
         raw = asdict(self)

@@ -199,7 +199,10 @@ class TransientError(ToolException):
         details: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message, suggestion=suggestion, details=details)
-        self.retry_after = retry_after
+        # a tool may pass any number on: only a finite, bounded one travels on
+        from toolexec.bounds import bounded_retry_after  # bounds builds on this module
+
+        self.retry_after = bounded_retry_after(retry_after)
 
 
 class ToolTimeoutError(TransientError):

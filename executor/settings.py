@@ -58,6 +58,13 @@ class Settings(BaseSettings):
         ge=0,
         description="How long a client waits past the deadline for the worker's own verdict.",
     )
+    retry_after_cap_s: float = Field(
+        default=300.0,
+        gt=0,
+        le=86_400,
+        description="Longest Retry-After honoured, for the retry countdown and a breaker's "
+        "open time alike: one URL's server cannot close a tool for everyone for longer.",
+    )
     max_argument_bytes: int = Field(
         default=1_000_000, gt=0, description="Largest JSON-encoded arguments a call may carry."
     )

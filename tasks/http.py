@@ -47,7 +47,9 @@ def _guarded() -> GuardedTransport:
     return GuardedTransport(_egress(tuple(settings_of(app).http_allow)))
 
 
-@tool(timeout=30, max_attempts=3)
+# One breaker per host (http_request@api.example.com): a model that points the tool at
+# a failing URL must not switch it off for every other agent and every other host.
+@tool(timeout=30, max_attempts=3, breaker_key="url")
 def http_request(
     url: Annotated[str, Field(description="Absolute http(s) URL.", pattern=r"^https?://")],
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = "GET",

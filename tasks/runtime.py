@@ -55,6 +55,7 @@ from toolexec.ratelimit import RateLimiter, RateLimitLayer
 from toolexec.registry import Registry, ToolSpec, default_registry
 from toolexec.replies import queue_reply
 from toolexec.results import ErrorInfo, ToolResult
+from toolexec.retry_after import RetryAfterCap
 from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
 from toolexec.settings import Settings
 from toolexec.stats import CallStats
@@ -307,6 +308,7 @@ def build_executor(runtime: WorkerRuntime, registry: Registry) -> Executor:
             RetryBudgetLayer(RetryBudget(client, keys)),
             LastGoodLayer(LastGoodCache(client, keys, clock), registry),
             payloads.layer,
+            RetryAfterCap(settings.retry_after_cap_s),
             FaultLayer(
                 FaultStore(client, keys),
                 enabled=settings.faults_enabled,

@@ -71,7 +71,10 @@ def _until(view: BreakerView) -> str:
         return "isolated until reset"
     if view.open_until is None:
         return "-"
-    stamp = time.strftime("%H:%M:%S", time.gmtime(view.open_until)) + "Z"
+    try:
+        stamp = time.strftime("%H:%M:%S", time.gmtime(view.open_until)) + "Z"
+    except (OverflowError, OSError, ValueError):  # a state written before open times were capped
+        return f"far in the future ({view.open_until:.3g}); reset it"
     left = view.open_until - (view.at or view.open_until)
     if left <= 0:
         return f"{stamp} (passed; next call probes)"

@@ -42,6 +42,7 @@ import redis
 from redis.commands.core import Script
 
 from toolexec.batch import Batch
+from toolexec.bounds import MAX_SECONDS, bounded_retry_after
 from toolexec.breaker.views import (
     Admission,
     BreakerState,
@@ -348,7 +349,7 @@ class CircuitBreaker:
             self._now_arg(),
             "0" if success else "1",
             "1" if policy.is_slow(duration_s) else "0",
-            _num(retry_after),
+            _num(bounded_retry_after(retry_after)),
             "" if admission.generation is None else str(admission.generation),
             admission.permit or "",
             policy.consecutive_failures or 0,
@@ -373,8 +374,10 @@ class CircuitBreaker:
     def trip(self, name: str, seconds: float | None = None) -> BreakerView:
         """Force it open for ``seconds``, or (None) isolate it until :meth:`reset`."""
         _check_name(name)
-        if seconds is not None and seconds <= 0:
-            raise UsageError(f"trip for a positive number of seconds, not {seconds}")
+        if seconds is not None and not 0 < seconds <= MAX_SECONDS:  # NaN fails both
+            raise UsageError(
+                f"trip for a positive number of seconds up to {MAX_SECONDS:.0f}, not {seconds}"
+            )
         return self._operate(name, self._trip, [_num(seconds), self.idle_ttl_s], register=True)
 
     def reset(self, name: str) -> BreakerView:

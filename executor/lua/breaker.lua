@@ -4,6 +4,7 @@
 -- permit, wait, transition, state; numbers as '%.17g' strings.
 local STATE, PROBES, GATE = KEYS[1], KEYS[2], KEYS[3]
 local tr = {}
+local MAX_TTL_MS = 315360000000  -- ten years (toolexec.bounds.MAX_SECONDS)
 
 local function opt(arg) if arg == '' then return nil end return tonumber(arg) end
 
@@ -46,12 +47,14 @@ local function save(b, now, idle_ttl)
     'probe_ok', b.probe_ok, 'not_before', fmt(b.not_before), 'changed_at', fmt(b.changed_at),
     'reason', b.reason)
   b.exists = true
+  -- every number reaching here is bounded by the caller, and this one cannot fail
+  -- after the HSET above either: the script never stops half-applied
+  local ttl = math.min(math.ceil((math.max(b.open_until - now, 0) + idle_ttl) * 1000), MAX_TTL_MS)
   if b.isolated == '1' then
     redis.call('PERSIST', STATE)
     gate(b, nil)
     return
   end
-  local ttl = math.ceil((math.max(b.open_until - now, 0) + idle_ttl) * 1000)
   redis.call('PEXPIRE', STATE, ttl)
   redis.call('PEXPIRE', PROBES, ttl)
   gate(b, ttl)
