@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from toolexec.bounds import checked_timeout, depth_problem
 from toolexec.errors import ErrorType, InfrastructureError, UsageError
 from toolexec.guard import GuardedResult, RoundPlan, Ruling, RunGuard
 from toolexec.results import ErrorInfo, ToolResult
@@ -90,16 +91,27 @@ def _items(container: Any) -> list[Any]:
     if isinstance(container, list | tuple):
         return list(container)
     fields = _fields(container)
-    if fields.get("choices"):  # an OpenAI ChatCompletion: its first choice
-        return _items(_fields(fields["choices"][0])["message"])
+    choices = fields.get("choices")
+    if choices:  # an OpenAI ChatCompletion: its first choice
+        if not isinstance(choices, list | tuple):
+            raise UsageError(f"a response's choices must be a list, not {type(choices).__name__}")
+        return _items(_fields(choices[0]).get("message"))
     if "tool_calls" in fields:  # an OpenAI assistant message
-        return list(fields["tool_calls"] or [])
+        return _listed(fields["tool_calls"], "tool_calls")
     if isinstance(fields.get("content"), list):  # an Anthropic Message
         return list(fields["content"])
     raise UsageError(
         "pass the tool calls as a list, an assistant message or a model response; "
         f"got a {type(container).__name__} with fields {sorted(fields)}"
     )
+
+
+def _listed(value: Any, name: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise UsageError(f"{name} must be a list of tool calls, not {type(value).__name__}")
+    return list(value)
 
 
 def _decode(text: Any) -> Any:
@@ -110,41 +122,65 @@ def _decode(text: Any) -> Any:
         return text
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # the client says what is wrong with the text
         return text
     return value if isinstance(value, dict) else text
+
+
+def _call_id(fields: Mapping[str, Any]) -> str:
+    """The id the reply must carry; without one there is nothing to answer."""
+    call_id = fields.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise UsageError(
+            f"a tool call needs its id (a non-empty string) to be answered, not {call_id!r:.80}"
+        )
+    return call_id
+
+
+def _part(fields: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """A nested object of a call (``function``, ``custom``); empty when it is not one."""
+    value = fields.get(name)
+    if isinstance(value, Mapping):
+        return value
+    dump = getattr(value, "model_dump", None)
+    return _fields(value) if callable(dump) else {}
 
 
 def _openai_call(item: Any) -> ToolCall:
     fields = _fields(item)
     kind = fields.get("type") or "function"
     if kind == "custom":
-        custom = _fields(fields["custom"])
+        custom = _part(fields, "custom")
         return ToolCall(
-            fields["id"],
-            custom["name"],
-            custom.get("input"),
+            _call_id(fields),
+            str(custom.get("name") or ""),
+            {},
             "custom (free-form) tool calls are not supported; toolexec tools take JSON "
             "arguments: call the tool as a function",
         )
     if kind != "function":
-        raise UsageError(f"unknown OpenAI tool call type {kind!r}")
-    function = _fields(fields["function"])
-    return _named(fields["id"], function.get("name"), _decode(function.get("arguments")))
+        raise UsageError(f"unknown OpenAI tool call type {kind!r:.80}")
+    function = _part(fields, "function")
+    return _named(_call_id(fields), function.get("name"), _decode(function.get("arguments")))
 
 
 def _anthropic_call(item: Any) -> ToolCall | None:
     fields = _fields(item)
     if fields.get("type") != "tool_use":  # text, thinking, server tools: not ours to run
         return None
-    return _named(fields["id"], fields.get("name"), fields.get("input") or {})
+    arguments = fields.get("input")
+    return _named(_call_id(fields), fields.get("name"), {} if arguments is None else arguments)
 
 
 def _named(call_id: str, name: Any, arguments: Any) -> ToolCall:
-    """A call without a usable tool name becomes an error reply, not a crash of the loop."""
-    if isinstance(name, str) and name:
-        return ToolCall(call_id, name, arguments)
-    return ToolCall(call_id, str(name or ""), arguments, "the tool call names no tool")
+    """A call without a usable tool name, or with arguments nested too deeply to look at,
+    becomes an error reply, not a crash of the loop."""
+    if not isinstance(name, str) or not name:
+        return ToolCall(call_id, str(name or "")[:64], {}, "the tool call names no tool")
+    too_deep = depth_problem(arguments)
+    if too_deep is not None:  # the guard and the client would recurse into it
+        return ToolCall(call_id, name, {}, too_deep)
+    return ToolCall(call_id, name, arguments)
 
 
 def parse_tool_calls(tool_calls: Any, format: Format = "openai") -> list[ToolCall]:
@@ -199,6 +235,7 @@ def _prepare(
     guard: RunGuard | None,
     timeout: float | None,
 ) -> _Work:
+    timeout = checked_timeout(timeout)  # before the guard writes anything
     calls = tuple(parse_tool_calls(tool_calls, format))
     if guard is None or not calls:
         return _Work(calls, None, [i for i, c in enumerate(calls) if c.problem is None], timeout)

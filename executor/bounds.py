@@ -19,13 +19,16 @@ __all__ = [
     "DEFAULT_RETRY_AFTER_CAP_S",
     "MAX_ARGUMENT_DEPTH",
     "MAX_EPOCH",
+    "MAX_ID_LENGTH",
     "MAX_RETRY_AFTER_S",
     "MAX_SECONDS",
     "bounded_retry_after",
+    "checked_id",
     "checked_timeout",
     "depth_problem",
     "finite_epoch",
     "nesting_depth",
+    "too_deep",
 ]
 
 #: The longest span, in seconds, any outside number may stand for before it becomes
@@ -84,6 +87,30 @@ def checked_timeout(timeout: Any) -> float | None:
     return float(min(timeout, MAX_SECONDS))
 
 
+#: The longest run or call id a caller may give: an id, not a document.
+MAX_ID_LENGTH = 255
+
+
+def checked_id(value: Any, name: str) -> str | None:
+    """A caller's run or call id (None: none given), or :class:`UsageError`.
+
+    An id becomes part of Redis keys and log lines, so it must be a short
+    string without control characters; checked before anything is published.
+    """
+    if value is None:
+        return None
+    if (
+        not isinstance(value, str)
+        or not 0 < len(value) <= MAX_ID_LENGTH
+        or any(ord(c) < 32 or ord(c) == 127 for c in value)
+    ):
+        raise UsageError(
+            f"{name} must be a string of 1-{MAX_ID_LENGTH} printable characters, "
+            f"not {value!r:.80}"
+        )
+    return value
+
+
 def nesting_depth(value: Any, limit: int) -> int:
     """How deeply arrays and objects nest in ``value``, counting stops past ``limit``.
 
@@ -108,11 +135,14 @@ def nesting_depth(value: Any, limit: int) -> int:
     return deepest
 
 
+def too_deep(limit: int = MAX_ARGUMENT_DEPTH) -> str:
+    """What a model reads when its arguments nest too deeply."""
+    return (
+        f"the arguments nest arrays and objects more than {limit} levels deep; "
+        "send a flatter structure"
+    )
+
+
 def depth_problem(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> str | None:
     """Why ``value`` nests too deeply to be a tool's arguments, or None."""
-    if nesting_depth(value, limit) > limit:
-        return (
-            f"the arguments nest arrays and objects more than {limit} levels deep; "
-            "send a flatter structure"
-        )
-    return None
+    return too_deep(limit) if nesting_depth(value, limit) > limit else None

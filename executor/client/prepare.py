@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from toolexec.breaker import BreakerGate
+from toolexec.bounds import checked_id, checked_timeout, depth_problem, too_deep
 from toolexec.catalog import CatalogEntry
 from toolexec.client.catalog_cache import CatalogCache
 from toolexec.client.payloads import ClientPayloads
@@ -100,14 +100,14 @@ class CallPreparer:
         if not isinstance(tool, str) or not tool:
             raise UsageError(f"the tool name must be a non-empty string, not {tool!r}")
         now = self.clock.now()
-        call_id = call_id or uuid.uuid4().hex
+        call_id = checked_id(call_id, "call_id") or uuid.uuid4().hex
         ctx = CallContext(
             call_id=call_id,
             tool=tool,
             deadline=self._deadline(timeout, now),
             submitted_at=now,
             reply_to=reply_to or call_id,
-            run_id=run_id,
+            run_id=checked_id(run_id, "run_id"),
             idempotency_key=checked_key(idempotency_key),
         )
         parsed, problem = parse_arguments(arguments, self.settings.payload_max_bytes)
@@ -167,10 +167,9 @@ class CallPreparer:
         return PreparedCall(ctx, None, None, result)
 
     def _deadline(self, timeout: float | None, now: float) -> float:
+        timeout = checked_timeout(timeout)  # NaN, strings, inf: refused before publishing
         if timeout is None:
             return now + self.settings.default_timeout
-        if timeout <= 0:
-            raise UsageError(f"timeout must be a positive number of seconds, not {timeout}")
         return now + min(timeout, self.settings.max_timeout)
 
     def _breaker_refusal(
@@ -242,10 +241,15 @@ def parse_arguments(
             arguments = json.loads(arguments or "{}")
         except ValueError as exc:
             return None, f"the arguments are not valid JSON: {exc}"
+        except RecursionError:
+            return None, too_deep()
     if not isinstance(arguments, Mapping):
         return None, f"the arguments must be a JSON object, not {type(arguments).__name__}"
+    nested = depth_problem(arguments)
+    if nested is not None:  # before json.dumps, redaction and validation recurse into it
+        return None, nested
     try:
-        encoded = json.dumps(arguments)
+        encoded = json.dumps(arguments, allow_nan=False)  # NaN is not JSON, whatever Python says
     except (TypeError, ValueError) as exc:
         return None, f"the arguments cannot be sent as JSON: {exc}"
     if len(encoded) > limit:

@@ -23,7 +23,7 @@ from opentelemetry.trace import Span
 
 from toolexec import catalog
 from toolexec.adapters import Format, arun_round, run_round
-from toolexec.breaker import BreakerGate, CircuitBreaker
+from toolexec.bounds import checked_id
 from toolexec.client.catalog_cache import CatalogCache
 from toolexec.client.payloads import ClientPayloads
 from toolexec.client.prepare import CallPreparer, CallSpec, PreparedCall
@@ -265,6 +265,7 @@ class ToolClient:
         ``tool_disabled``, then ``run_aborted``; a spent budget answers
         ``run_budget_exhausted``. Without either, the calls just run.
         """
+        run_id = checked_id(run_id, "run_id")
         guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
         return run_round(self, tool_calls, format=format, guard=guard, timeout=timeout).messages
 
@@ -279,6 +280,7 @@ class ToolClient:
         guard: RunGuard | None = None,
     ) -> list[dict[str, Any]]:
         """The asyncio form of :meth:`run_tool_calls`."""
+        run_id = checked_id(run_id, "run_id")
         guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
         outcome = await arun_round(self, tool_calls, format=format, guard=guard, timeout=timeout)
         return outcome.messages

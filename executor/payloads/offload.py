@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from toolexec.bounds import depth_problem
 from toolexec.clock import Clock
 from toolexec.errors import (
     InvalidArgumentsError,
@@ -238,7 +239,15 @@ def _marker(value: Any) -> PayloadRef | None:
 
 
 def resolve_arguments(raw: Any, reader: PayloadReader) -> Any:
-    """Raw arguments with every stored one put back; a lost one is ``invalid_arguments``."""
+    """Raw arguments with every stored one put back; a lost one is ``invalid_arguments``.
+
+    Arguments nested deeper than any tool needs are refused here, first, because
+    validation, redaction and the markers' search recurse into them: a message
+    that did not come through the client must not end in ``internal_error``.
+    """
+    nested = depth_problem(raw)
+    if nested is not None:
+        raise InvalidArgumentsError(nested, suggestion="Send a flatter structure.")
     if not isinstance(raw, dict):
         return raw
     out = dict(raw)
