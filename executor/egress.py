@@ -24,9 +24,10 @@ operator allows them, since whatever sits behind the translator is reached.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,11 +35,20 @@ import httpx
 
 from toolexec.errors import ConfigurationError, ForbiddenError
 
-__all__ = ["EgressPolicy", "GuardedTransport", "embedded_ipv4", "forbidden_reason", "resolve"]
+__all__ = [
+    "AsyncGuardedTransport",
+    "EgressPolicy",
+    "GuardedTransport",
+    "embedded_ipv4",
+    "forbidden_reason",
+    "resolve",
+    "resolve_async",
+]
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], list[str]]
+AsyncResolver = Callable[[str, int], Awaitable[list[str]]]
 
 #: Instance metadata services: AWS, GCP, Azure, OpenStack (169.254.169.254), AWS over
 #: IPv6, ECS task metadata, Alibaba Cloud.
@@ -181,6 +191,32 @@ def _refusal(url: str, host: str, address: Address) -> ForbiddenError:
     )
 
 
+def _target(request: httpx.Request) -> tuple[str, int]:
+    """The host and port a request goes to; a scheme other than http(s) is refused here
+    too, so no transport below ever sees one (and the refusal is permanent)."""
+    url = request.url
+    if url.scheme not in ("http", "https"):
+        raise httpx.UnsupportedProtocol(
+            f"http_request reaches only http and https URLs, not {url.scheme!r}", request=request
+        )
+    return url.host, url.port or (443 if url.scheme == "https" else 80)
+
+
+def _pinned(request: httpx.Request, address: str) -> httpx.Request:
+    """``request`` sent to ``address``, with the name kept in Host and TLS SNI."""
+    url = request.url
+    extensions: dict[str, Any] = dict(request.extensions)
+    if url.scheme == "https":
+        extensions["sni_hostname"] = url.host  # certificate checked against the name
+    return httpx.Request(
+        request.method,
+        url.copy_with(host=address),
+        headers=request.headers,  # keeps Host: the name, not the address
+        stream=request.stream,
+        extensions=extensions,
+    )
+
+
 class GuardedTransport(httpx.BaseTransport):
     """Checks each request's resolved address, then connects to exactly that address."""
 
@@ -195,25 +231,49 @@ class GuardedTransport(httpx.BaseTransport):
         self.resolver = resolver
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        host = url.host
-        port = url.port or (443 if url.scheme == "https" else 80)
+        host, port = _target(request)
         try:
             addresses = self.resolver(host, port)
         except OSError as exc:
             raise httpx.ConnectError(f"cannot resolve {host}: {exc}", request=request) from exc
-        address = self.policy.pick(str(url), host, addresses)
-        extensions: dict[str, Any] = dict(request.extensions)
-        if url.scheme == "https":
-            extensions["sni_hostname"] = host  # certificate checked against the name
-        pinned = httpx.Request(
-            request.method,
-            url.copy_with(host=address),
-            headers=request.headers,  # keeps Host: the name, not the address
-            stream=request.stream,
-            extensions=extensions,
-        )
-        return self.transport.handle_request(pinned)
+        address = self.policy.pick(str(request.url), host, addresses)
+        return self.transport.handle_request(_pinned(request, address))
 
     def close(self) -> None:
         self.transport.close()
+
+
+async def resolve_async(host: str, port: int) -> list[str]:
+    """:func:`resolve` on the event loop's resolver threads: cancelling waits for nothing."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class AsyncGuardedTransport(httpx.AsyncBaseTransport):
+    """:class:`GuardedTransport` for ``httpx.AsyncClient``: the same check, the same pinning.
+
+    ``http_request`` runs on an event loop so that its time limit cancels the
+    download itself (a thread can only be abandoned, and goes on reading).
+    """
+
+    def __init__(
+        self,
+        policy: EgressPolicy,
+        transport: httpx.AsyncBaseTransport | None = None,
+        resolver: AsyncResolver = resolve_async,
+    ) -> None:
+        self.policy = policy
+        self.transport = transport or httpx.AsyncHTTPTransport()
+        self.resolver = resolver
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        host, port = _target(request)
+        try:
+            addresses = await self.resolver(host, port)
+        except OSError as exc:
+            raise httpx.ConnectError(f"cannot resolve {host}: {exc}", request=request) from exc
+        address = self.policy.pick(str(request.url), host, addresses)
+        return await self.transport.handle_async_request(_pinned(request, address))
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()

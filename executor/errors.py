@@ -33,6 +33,7 @@ misuse or broken infrastructure, never a tool's own failure::
             ├── NotFoundError              not_found (404)
             ├── ClientError                client_error (other 4xx)
             ├── IdempotencyMismatchError   idempotency_mismatch (a key reused with other arguments)
+            ├── ResultTooLargeError        result_too_large (past the tool's result size limit)
             └── WorkerLostError            worker_lost (a crashed write that cannot be checked)
 
 Decisions (retry, and later breaker and fallback) look at ``error_type`` and
@@ -64,6 +65,7 @@ __all__ = [
     "PermanentError",
     "RateLimitedError",
     "RedisUnavailableError",
+    "ResultTooLargeError",
     "RetryBudgetExhaustedError",
     "ThrottledError",
     "ToolConnectionError",
@@ -105,6 +107,8 @@ class ErrorType(StrEnum):
     # Idempotency (toolexec.idempotency): never retried.
     IDEMPOTENCY_MISMATCH = "idempotency_mismatch"
     WORKER_LOST = "worker_lost"
+    # A result past the tool's size limit (toolexec.payloads, http_request): not stored.
+    RESULT_TOO_LARGE = "result_too_large"
 
 
 #: Failures that the same call may not meet again: retried by default.
@@ -289,6 +293,13 @@ class NotFoundError(PermanentError):
 
 class ClientError(PermanentError):
     error_type = ErrorType.CLIENT_ERROR
+
+
+class ResultTooLargeError(PermanentError):
+    """The tool's answer is larger than its limit; the same request gets the same answer,
+    so the model must ask for less (a page, a filter, a narrower range)."""
+
+    error_type = ErrorType.RESULT_TOO_LARGE
 
 
 class IdempotencyMismatchError(PermanentError):

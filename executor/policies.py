@@ -267,6 +267,9 @@ class ToolPolicy:
     coalesce: bool = False  # read-only: identical calls in flight share one execution
     payload_threshold_bytes: int | None = None  # None: the settings' value (toolexec.payloads)
     payload_token_budget: int | None = None
+    #: Largest result, as stored JSON or text, the tool may return; None: the settings'
+    #: ``payload_max_bytes``. A larger one is ``result_too_large``, never stored.
+    max_result_bytes: int | None = None
     fallbacks: tuple[FallbackStep, ...] = ()  # toolexec.fallback.steps; checked by check_chain
     retry_budget: RetryBudgetPolicy = field(default_factory=RetryBudgetPolicy)
     rate_limit: RateLimitPolicy | None = None  # None: unlimited
@@ -280,6 +283,10 @@ class ToolPolicy:
                 "already deduplicated by its idempotency key"
             )
         _check_payload_limits(self.payload_threshold_bytes, self.payload_token_budget)
+        if self.max_result_bytes is not None and self.max_result_bytes <= 0:
+            raise ConfigurationError(
+                f"max_result_bytes must be positive or None, not {self.max_result_bytes}"
+            )
         if self.breaker.enabled and self.breaker.probe_lease_s <= self.timeout:
             raise ConfigurationError(
                 f"the breaker's probe_lease_s ({self.breaker.probe_lease_s} s) must exceed the "

@@ -235,6 +235,7 @@ def tool(
     breaker_key: str | None = ...,
     payload_threshold_bytes: int | None = ...,
     payload_token_budget: int | None = ...,
+    max_result_bytes: int | None = ...,
     fallbacks: Sequence[FallbackStep] | None = ...,
     retry_budget: RetryBudgetPolicy | None = ...,
     rate_limit: RateLimitPolicy | None = ...,
@@ -263,6 +264,7 @@ def tool(
     breaker_key: str | None = None,
     payload_threshold_bytes: int | None = None,
     payload_token_budget: int | None = None,
+    max_result_bytes: int | None = None,
     fallbacks: Sequence[FallbackStep] | None = None,
     retry_budget: RetryBudgetPolicy | None = None,
     rate_limit: RateLimitPolicy | None = None,
@@ -285,7 +287,9 @@ def tool(
     ``coalesce`` lets identical calls of a read-only tool that are in flight at
     once share one execution.
     ``payload_threshold_bytes`` and ``payload_token_budget`` override the
-    settings of the same name for this tool's results (``toolexec.payloads``).
+    settings of the same name for this tool's results (``toolexec.payloads``);
+    ``max_result_bytes`` caps a result's size (``payload_max_bytes`` by default):
+    a larger one ends the call with ``result_too_large`` instead of being stored.
     ``fallbacks`` is the tool's chain (``fallback.Alternative``, ``LastGood``,
     ``Explain``), tried in order when it fails in a way the model cannot fix.
     ``retry_budget`` caps the retries of all callers together (a 10% ratio by
@@ -317,6 +321,7 @@ def tool(
             breaker_key=breaker_key,
             payload_threshold_bytes=payload_threshold_bytes,
             payload_token_budget=payload_token_budget,
+            max_result_bytes=max_result_bytes,
             fallbacks=_checked_fallbacks(tool_name, fallbacks, side_effects),
             retry_budget=retry_budget or RetryBudgetPolicy(),
             rate_limit=rate_limit,

@@ -156,6 +156,12 @@ class Settings(BaseSettings):
         description="Hosts and networks `http_request` may reach although they are loopback, "
         "private, link-local or cloud metadata: comma-separated hosts, IPs and CIDRs.",
     )
+    http_max_response_bytes: int = Field(
+        default=10_485_760,
+        gt=0,
+        description="Largest response body `http_request` reads (streamed; a larger one is "
+        "result_too_large, and the download stops there).",
+    )
     flower_user: str | None = Field(
         default=None, description="Basic-auth user of `toolexec flower`."
     )

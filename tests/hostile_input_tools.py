@@ -21,3 +21,9 @@ def hi_big(megabytes: int) -> str:
     """Returns that many megabytes of text: a result nobody should store whole."""
     line = "x" * 1023 + "\n"
     return line * (megabytes * 1024)
+
+
+@tool(timeout=30, max_attempts=1, breaker=NO_BREAKER, max_result_bytes=200_000)
+def hi_capped(kilobytes: int) -> str:
+    """Returns that many kilobytes of text, under a tool limit of 200 000 bytes."""
+    return ("y" * 1023 + "\n") * kilobytes

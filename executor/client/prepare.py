@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from toolexec.bounds import checked_id, checked_timeout, depth_problem, too_deep
+from toolexec.breaker import BreakerGate
 from toolexec.catalog import CatalogEntry
 from toolexec.client.catalog_cache import CatalogCache
 from toolexec.client.payloads import ClientPayloads

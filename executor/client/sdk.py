@@ -24,6 +24,7 @@ from opentelemetry.trace import Span
 from toolexec import catalog
 from toolexec.adapters import Format, arun_round, run_round
 from toolexec.bounds import checked_id
+from toolexec.breaker import BreakerGate, CircuitBreaker
 from toolexec.client.catalog_cache import CatalogCache
 from toolexec.client.payloads import ClientPayloads
 from toolexec.client.prepare import CallPreparer, CallSpec, PreparedCall

@@ -25,6 +25,7 @@ from toolexec.errors import (
     InvalidArgumentsError,
     PayloadStoreUnavailableError,
     PayloadUnavailableError,
+    ResultTooLargeError,
     ToolException,
     UnavailableError,
 )
@@ -196,9 +197,12 @@ class PayloadLayer(Layer):
         if not outcome.ok or outcome.payload is not None:
             return outcome
         limits = Limits.for_tool(self.settings, attempt.spec)
-        encoded = oversized(outcome.data, limits.inline_bytes)
+        most = attempt.spec.policy.max_result_bytes or self.settings.payload_max_bytes
+        encoded = oversized(outcome.data, min(limits.inline_bytes, most))
         if encoded is None:
             return outcome
+        if len(encoded.body) > most:
+            return replace(outcome, data=None, failure=_too_large(len(encoded.body), most))
         try:
             ref = self.offloader.put_encoded(encoded, self.ttl_for(attempt.spec))
         except PayloadStoreUnavailableError as exc:
@@ -210,6 +214,15 @@ class PayloadLayer(Layer):
         record_offload(attempt.tool, ref.size_bytes)
         preview = build_preview(outcome.data, ref, limits.token_budget)
         return replace(outcome, data=preview, payload=ref)
+
+
+def _too_large(size: int, most: int) -> ResultTooLargeError:
+    return ResultTooLargeError(
+        f"the tool's result is {size:,} bytes, more than its limit of {most:,} bytes; "
+        "it was not stored",
+        suggestion="Ask for less at once: a page, a filter or a narrower range.",
+        details={"size_bytes": size, "limit_bytes": most},
+    )
 
 
 def _unstorable(spec: ToolSpec, exc: PayloadStoreUnavailableError) -> ToolException:

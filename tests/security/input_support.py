@@ -52,3 +52,81 @@ def isolated_worker(
             yield proc, client
     finally:
         proc.stop()
+
+
+class HostileHTTPServer:
+    """A loopback HTTP server that answers slowly or endlessly, and counts what it sees.
+
+    ``/drip``: a chunked body, 1 KB every ``drip_s`` seconds, for ever.
+    ``/huge``: a chunked body as fast as the socket takes it, up to 1 GB.
+    ``/declared``: ``Content-Length: 1 GB``, then the same body.
+    ``open`` counts connections still being written to; ``sent`` the bytes of bodies.
+    A connection ends when a write fails, i.e. once the client has closed it.
+    """
+
+    def __init__(self, drip_s: float = 0.5) -> None:
+        import socketserver
+        import threading
+
+        self.drip_s = drip_s
+        self.lock = threading.Lock()
+        self.open = 0
+        self.served = 0
+        self.sent: dict[str, int] = {}
+        outer = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                outer._serve(self)
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> HostileHTTPServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _serve(self, handler: Any) -> None:
+        request_line = handler.rfile.readline().decode("latin-1")
+        while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
+            pass
+        path = request_line.split(" ")[1] if " " in request_line else "/"
+        name = path.split("?")[0]
+        with self.lock:
+            self.open += 1
+            self.served += 1
+        try:
+            self._body(handler.wfile, name, path)
+        except OSError:
+            pass  # the client went away: what the tests wait for
+        finally:
+            with self.lock:
+                self.open -= 1
+
+    def _body(self, out: Any, name: str, path: str) -> None:
+        gigabyte = 1 << 30
+        length = f"Content-Length: {gigabyte}\r\n" if name == "/declared" else ""
+        framing = "" if length else "Transfer-Encoding: chunked\r\n"
+        out.write(f"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n{length}{framing}\r\n".encode())
+        out.flush()
+        chunk = b"z" * (1024 if name == "/drip" else 65_536)
+        sent = 0
+        deadline = time.monotonic() + 120
+        while sent < gigabyte and time.monotonic() < deadline:
+            out.write(chunk if length else b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            out.flush()
+            sent += len(chunk)
+            with self.lock:
+                self.sent[path] = sent
+            if name == "/drip":
+                time.sleep(self.drip_s)
