@@ -236,6 +236,15 @@ class Keys:
         """
         return f"{self.prefix}:payload:{key}"
 
+    def payload_secret(self) -> str:
+        """String: the key of the HMAC that signs argument markers (``toolexec.payloads.signing``).
+
+        No TTL: every client and worker of the deployment must sign and check
+        with the same secret for as long as it runs; created once, with SET NX,
+        unless ``TOOLEXEC_PAYLOAD_SECRET`` gives one.
+        """
+        return f"{self.prefix}:secret:payloads"
+
     def budget(self, name: str) -> str:
         """Hash: one retry budget (``toolexec.retry_budget``): calls per bucket, or tokens.
 

@@ -116,6 +116,11 @@ class Settings(BaseSettings):
     payload_ttl_s: float = Field(
         default=3600.0, gt=0, description="How long a stored payload can be read back, in seconds."
     )
+    payload_secret: SecretStr | None = Field(
+        default=None,
+        description="Key of the HMAC that signs argument payload markers (the same on clients "
+        "and workers); unset: a random one is created once in Redis and shared through it.",
+    )
     payload_s3_endpoint_url: str | None = Field(
         default=None, description="S3-compatible endpoint (MinIO, moto, ...); unset: AWS."
     )

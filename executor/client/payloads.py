@@ -11,9 +11,18 @@ import threading
 from typing import Any
 
 from toolexec.clock import Clock
+from toolexec.connection import redis_client
 from toolexec.context import CallContext
 from toolexec.keys import REPLY_TTL_S
-from toolexec.payloads import Offloader, PayloadPage, PayloadReader, open_store, store_arguments
+from toolexec.payloads import (
+    MarkerSigner,
+    Offloader,
+    PayloadPage,
+    PayloadReader,
+    marker_signer,
+    open_store,
+    store_arguments,
+)
 from toolexec.results import PayloadRef
 from toolexec.settings import Settings
 
@@ -28,6 +37,7 @@ class ClientPayloads:
         self.url = url
         self.clock = clock
         self._io: tuple[Offloader, PayloadReader] | None = None
+        self._signer: MarkerSigner | None = None
         self._lock = threading.Lock()
 
     def _open(self) -> tuple[Offloader, PayloadReader]:
@@ -36,6 +46,13 @@ class ClientPayloads:
                 store = open_store(self.settings, self.url, self.clock)
                 self._io = (Offloader(store, self.clock), PayloadReader(store, self.clock))
             return self._io
+
+    def signer(self) -> MarkerSigner:
+        """What signs this client's argument markers; its secret is read on first use."""
+        with self._lock:
+            if self._signer is None:
+                self._signer = marker_signer(self.settings, redis_client(self.url))
+            return self._signer
 
     def fetch(self, ref: PayloadRef) -> bytes:
         return self._open()[1].fetch(ref)
@@ -58,7 +75,7 @@ class ClientPayloads:
         if len(json.dumps(arguments)) <= threshold:
             return arguments, None
         ttl = max(self.settings.payload_ttl_s, ctx.deadline - self.clock.now() + REPLY_TTL_S)
-        inline = store_arguments(arguments, self._open()[0], threshold, ttl)
+        inline = store_arguments(arguments, self._open()[0], threshold, ttl, self.signer())
         size = len(json.dumps(inline))
         if size > self.settings.max_argument_bytes:
             return inline, (

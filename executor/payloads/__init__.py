@@ -20,6 +20,7 @@ from toolexec.payloads.offload import (
 from toolexec.payloads.preview import build_preview
 from toolexec.payloads.reader import PayloadPage, PayloadReader
 from toolexec.payloads.redis_store import RedisPayloadStore
+from toolexec.payloads.signing import MarkerSigner, marker_signer
 from toolexec.payloads.store import PayloadStore, open_store
 from toolexec.payloads.tokens import estimate_tokens
 
@@ -29,6 +30,7 @@ __all__ = [
     "FilePayloadStore",
     "Index",
     "Limits",
+    "MarkerSigner",
     "Offloader",
     "PayloadLayer",
     "PayloadPage",
@@ -40,6 +42,7 @@ __all__ = [
     "decode",
     "encode",
     "estimate_tokens",
+    "marker_signer",
     "open_store",
     "resolve_arguments",
     "store_arguments",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolexec.bounds import depth_problem
 from toolexec.clock import Clock
+from toolexec.connection import redis_client
 from toolexec.errors import (
     InvalidArgumentsError,
     PayloadStoreUnavailableError,
@@ -33,6 +34,7 @@ from toolexec.layers import Attempt, Layer, Outcome, Proceed
 from toolexec.payloads.encoding import Encoded, Index, encode, segment_bounds, segment_digest
 from toolexec.payloads.preview import build_preview
 from toolexec.payloads.reader import INDEX_SUFFIX, PayloadReader
+from toolexec.payloads.signing import SIGNATURE_KEY, MarkerSigner, marker_signer
 from toolexec.payloads.store import PayloadStore, open_store
 from toolexec.payloads.tokens import budget_bytes
 from toolexec.registry import ToolSpec
@@ -233,25 +235,48 @@ def _unstorable(spec: ToolSpec, exc: PayloadStoreUnavailableError) -> ToolExcept
 
 
 def store_arguments(
-    arguments: Mapping[str, Any], offloader: Offloader, threshold_bytes: int, ttl_s: float
+    arguments: Mapping[str, Any],
+    offloader: Offloader,
+    threshold_bytes: int,
+    ttl_s: float,
+    signer: MarkerSigner,
 ) -> dict[str, Any]:
-    """``arguments`` with each value over ``threshold_bytes`` stored and replaced by a marker."""
+    """``arguments`` with each value over ``threshold_bytes`` stored and replaced by a
+    signed marker (:mod:`toolexec.payloads.signing`)."""
     out = dict(arguments)
     for name, value in arguments.items():
         encoded = oversized(value, threshold_bytes)
         if encoded is not None:
-            ref = offloader.put_encoded(encoded, ttl_s)
-            out[name] = {ARGUMENT_MARKER: ref.model_dump(mode="json")}
+            ref = offloader.put_encoded(encoded, ttl_s).model_dump(mode="json")
+            out[name] = {ARGUMENT_MARKER: ref, SIGNATURE_KEY: signer.sign(name, ref)}
     return out
 
 
-def _marker(value: Any) -> PayloadRef | None:
-    if isinstance(value, dict) and len(value) == 1 and ARGUMENT_MARKER in value:
-        return PayloadRef.model_validate(value[ARGUMENT_MARKER])
-    return None
+def _marker(name: str, value: Any, signer: MarkerSigner) -> PayloadRef | None:
+    """The reference in a marker the client signed; None for an ordinary value.
+
+    A marker without a good signature came from somewhere else (a model's
+    arguments): refused before the store is asked anything, with words that say
+    nothing of whether such a payload exists.
+    """
+    if not isinstance(value, dict) or ARGUMENT_MARKER not in value:
+        return None
+    ref = value[ARGUMENT_MARKER]
+    if set(value) != {ARGUMENT_MARKER, SIGNATURE_KEY} or not signer.verify(
+        name, ref, value[SIGNATURE_KEY]
+    ):
+        raise InvalidArgumentsError(
+            f"argument {name!r} holds a {ARGUMENT_MARKER} reference that toolexec did not "
+            "make; only the client stores arguments apart",
+            suggestion=f"Pass the value itself, not a {ARGUMENT_MARKER} object.",
+        )
+    try:
+        return PayloadRef.model_validate(ref)
+    except ValueError as exc:  # signed, so ours: a client of another version
+        raise InvalidArgumentsError(f"argument {name!r}: unreadable reference ({exc})") from None
 
 
-def resolve_arguments(raw: Any, reader: PayloadReader) -> Any:
+def resolve_arguments(raw: Any, reader: PayloadReader, signer: MarkerSigner) -> Any:
     """Raw arguments with every stored one put back; a lost one is ``invalid_arguments``.
 
     Arguments nested deeper than any tool needs are refused here, first, because
@@ -265,19 +290,25 @@ def resolve_arguments(raw: Any, reader: PayloadReader) -> Any:
         return raw
     out = dict(raw)
     for name, value in raw.items():
-        ref = _marker(value)
-        if ref is None:
-            continue
         try:
-            out[name] = reader.load(ref)
-        except PayloadUnavailableError as exc:
-            raise InvalidArgumentsError(
-                f"argument {name!r} was stored as payload {ref.key}, which cannot be read: {exc}",
-                suggestion="Call the tool again; the client stores the argument anew.",
-            ) from exc
-        except PayloadStoreUnavailableError as exc:
-            raise UnavailableError(f"argument {name!r} could not be fetched: {exc}") from exc
+            ref = _marker(name, value, signer)
+        except PayloadStoreUnavailableError as exc:  # the signing key is in Redis
+            raise UnavailableError(f"argument {name!r} could not be checked: {exc}") from exc
+        if ref is not None:
+            out[name] = _load_argument(name, ref, reader)
     return out
+
+
+def _load_argument(name: str, ref: PayloadRef, reader: PayloadReader) -> Any:
+    try:
+        return reader.load(ref)
+    except PayloadUnavailableError as exc:
+        raise InvalidArgumentsError(
+            f"argument {name!r} was stored as payload {ref.key}, which cannot be read: {exc}",
+            suggestion="Call the tool again; the client stores the argument anew.",
+        ) from exc
+    except PayloadStoreUnavailableError as exc:
+        raise UnavailableError(f"argument {name!r} could not be fetched: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -286,9 +317,10 @@ class WorkerPayloads:
 
     layer: PayloadLayer
     reader: PayloadReader
+    signer: MarkerSigner
 
     def resolve(self, raw: Any) -> Any:
-        return resolve_arguments(raw, self.reader)
+        return resolve_arguments(raw, self.reader, self.signer)
 
 
 def worker_payloads(
@@ -297,5 +329,7 @@ def worker_payloads(
     """The payload store of ``settings`` wired for a worker, on the worker's one ``client``."""
     store = open_store(settings, redis_url, clock, client=client)
     return WorkerPayloads(
-        PayloadLayer(Offloader(store, clock), settings), PayloadReader(store, clock)
+        PayloadLayer(Offloader(store, clock), settings),
+        PayloadReader(store, clock),
+        marker_signer(settings, redis_client(redis_url)),
     )

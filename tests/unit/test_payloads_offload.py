@@ -33,12 +33,14 @@ from toolexec.payloads import (
     resolve_arguments,
     store_arguments,
 )
+from toolexec.payloads.signing import SIGNATURE_KEY, MarkerSigner
 from toolexec.payloads.tokens import MIN_TOKEN_BUDGET, estimate_tokens, json_bytes
 from toolexec.registry import Registry, ToolSpec, tool
 from toolexec.results import ToolResult
 from toolexec.runner import Runner
 from toolexec.settings import Settings
 
+SIGNER = MarkerSigner.fixed(b"unit-test-secret")
 BIG_TEXT = "".join(f"line {i}\n" for i in range(20_000))  # ~190 KB
 
 
@@ -214,11 +216,11 @@ def test_large_arguments_are_stored_and_small_ones_stay(
     store: FilePayloadStore, clock: ManualClock
 ) -> None:
     offloader = Offloader(store, clock)
-    stored = store_arguments({"doc": BIG_TEXT, "mode": "short"}, offloader, 10_000, 60)
+    stored = store_arguments({"doc": BIG_TEXT, "mode": "short"}, offloader, 10_000, 60, SIGNER)
 
     assert stored["mode"] == "short"
-    assert set(stored["doc"]) == {ARGUMENT_MARKER}
-    assert resolve_arguments(stored, PayloadReader(store, clock)) == {
+    assert set(stored["doc"]) == {ARGUMENT_MARKER, SIGNATURE_KEY}
+    assert resolve_arguments(stored, PayloadReader(store, clock), SIGNER) == {
         "doc": BIG_TEXT,
         "mode": "short",
     }
@@ -227,10 +229,10 @@ def test_large_arguments_are_stored_and_small_ones_stay(
 def test_an_argument_that_expired_is_invalid_arguments(
     store: FilePayloadStore, clock: ManualClock
 ) -> None:
-    stored = store_arguments({"doc": BIG_TEXT}, Offloader(store, clock), 10_000, 60)
+    stored = store_arguments({"doc": BIG_TEXT}, Offloader(store, clock), 10_000, 60, SIGNER)
     clock.advance(61)
     with pytest.raises(InvalidArgumentsError, match="argument 'doc' was stored as payload"):
-        resolve_arguments(stored, PayloadReader(store, clock))
+        resolve_arguments(stored, PayloadReader(store, clock), SIGNER)
 
 
 def test_the_executor_resolves_stored_arguments_before_validation(
@@ -243,9 +245,11 @@ def test_the_executor_resolves_stored_arguments_before_validation(
     spec = _spec(registry, count_lines)
     reader = PayloadReader(store, clock)
     executor = Executor(
-        runner=Runner(), clock=clock, resolve_arguments=lambda raw: resolve_arguments(raw, reader)
+        runner=Runner(),
+        clock=clock,
+        resolve_arguments=lambda raw: resolve_arguments(raw, reader, SIGNER),
     )
-    stored = store_arguments({"doc": BIG_TEXT}, Offloader(store, clock), 10_000, 30)
+    stored = store_arguments({"doc": BIG_TEXT}, Offloader(store, clock), 10_000, 30, SIGNER)
     ctx = _attempt(spec, clock).ctx  # deadline in 60 s
 
     assert _final_result(executor.attempt(spec, stored, ctx, 1)).data == 20_000
