@@ -27,10 +27,17 @@ def bucket_of(name: str, buckets: int = SHARD_BUCKETS) -> int:
 
 @dataclass(frozen=True)
 class Keys:
-    """Key names under one prefix, so several deployments can share a server."""
+    """Key names under one prefix, so several deployments can share a server.
+
+    ``tenant`` (``TOOLEXEC_TENANT``) scopes what belongs to one caller's runs
+    (:meth:`run`); a call carries it to the workers, which scope its
+    idempotency record by it. What protects a service for everyone (breakers,
+    rate limits, retry budgets, counters) stays shared across tenants.
+    """
 
     prefix: str = "toolexec"
     buckets: int = SHARD_BUCKETS
+    tenant: str | None = None
 
     def catalog(self) -> str:
         """Hash: tool name -> JSON catalog entry, published by every worker at start.
@@ -210,11 +217,16 @@ class Keys:
     def run(self, run_id: str) -> str:
         """String: one agent run's guard state as JSON (counts, history, ladder, verdicts).
 
+        Under a tenant, the tenant is part of the name: any client that knows a
+        run id can read, forget or re-budget that run, unless tenants separate them.
+
         ``{run_id}`` is a hash tag, so later keys of the same run share its slot.
         TTL: :data:`RUN_IDLE_TTL_S` (or the run's wall-time budget, if longer),
         refreshed by every round: the guard must outlive the model's memory of
         the run across client restarts, but not a run nobody continues.
         """
+        if self.tenant:  # a run id alone no longer finds another tenant's run
+            return f"{self.prefix}:run:{{{self.tenant}/{run_id}}}"
         return f"{self.prefix}:run:{{{run_id}}}"
 
     def last_good(self, tool: str, digest: str) -> str:

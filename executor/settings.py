@@ -43,6 +43,12 @@ class Settings(BaseSettings):
         description="Where the embedded server keeps its pidfile, URL file and log.",
     )
     key_prefix: str = Field(default="toolexec", description="Prefix of every Redis key.")
+    tenant: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+        description="A client's tenant: scopes its runs' guard state and its calls' "
+        "idempotency records, so clients of other tenants cannot read, replay or reset them.",
+    )
     tools: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated modules a worker imports for tools."
     )

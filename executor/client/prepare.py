@@ -110,6 +110,7 @@ class CallPreparer:
             reply_to=reply_to or call_id,
             run_id=checked_id(run_id, "run_id"),
             idempotency_key=checked_key(idempotency_key),
+            tenant=self.settings.tenant,
         )
         parsed, problem = parse_arguments(arguments, self.settings.payload_max_bytes)
         if problem is not None or parsed is None:

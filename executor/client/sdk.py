@@ -84,7 +84,7 @@ class ToolClient:
         configure("toolexec-client")  # only when OTEL_* asks for traces, and only once
         self._url = redis_url(self.settings)
         self.redis = redis_client(self._url)
-        self.keys = Keys(self.settings.key_prefix)
+        self.keys = Keys(self.settings.key_prefix, tenant=self.settings.tenant)
         self.app = celery_app or _create_app(self.settings)
         # the deadline is compared on a worker's host: both read it on Redis TIME
         self.clock = clock or fleet_clock(self.redis)

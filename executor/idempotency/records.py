@@ -57,14 +57,17 @@ def call_mode(spec: ToolSpec, ctx: CallContext) -> Mode:
 def record_id(mode: Mode, args_hash: str, ctx: CallContext) -> str:
     """The record a call belongs to; ``args_hash`` is :func:`arguments_hash` of the call.
 
-    A caller's key names it alone (as at Stripe: the same key with another tool
-    or other arguments is a mismatch). Otherwise the run id, the tool and the
+    A caller's key names it within its tool (the same key with other arguments
+    is a mismatch; with another tool it is another record, so one tool's keys
+    cannot replay or block another's). Otherwise the run id, the tool and the
     normalised arguments; a call without a run id is scoped to its own call id,
     which still protects it against redelivery and retries. Coalesced reads are
-    shared by everyone: tool and arguments only.
+    shared by everyone: tool and arguments only. Every basis starts with the
+    caller's tenant (``TOOLEXEC_TENANT``), so tenants never share a record.
     """
+    tenant = f"tenant\0{ctx.tenant or ''}\0"
     if ctx.idempotency_key:
-        basis = f"key\0{ctx.idempotency_key}"
+        basis = f"key\0{ctx.tool}\0{ctx.idempotency_key}"
     elif mode == "lease":
         basis = f"lease\0{ctx.call_id}"
     elif mode == "coalesce":
@@ -72,7 +75,7 @@ def record_id(mode: Mode, args_hash: str, ctx: CallContext) -> str:
     else:
         scope = f"run\0{ctx.run_id}" if ctx.run_id else f"call\0{ctx.call_id}"
         basis = f"{scope}\0{args_hash}"
-    return hashlib.sha256(basis.encode()).hexdigest()[:40]
+    return hashlib.sha256((tenant + basis).encode()).hexdigest()[:40]
 
 
 @dataclass(frozen=True)
