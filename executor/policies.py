@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from toolexec.bounds import MAX_SECONDS
 from toolexec.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
 
 if TYPE_CHECKING:
@@ -147,13 +148,19 @@ class BreakerPolicy:
                 f"min_calls must be in 1..window_size, not {self.min_calls}",
             ),
             (slow is not None and slow <= 0, f"slow_call_s must be positive or None, not {slow}"),
-            (self.open_s <= 0, f"open_s must be positive, not {self.open_s}"),
+            (
+                not 0 < self.open_s <= MAX_SECONDS,  # NaN fails too: it becomes a TTL
+                f"open_s must be positive and finite, not {self.open_s}",
+            ),
             (
                 self.half_open_probes < 1,
                 f"half_open_probes must be >= 1, not {self.half_open_probes}",
             ),
             (self.close_after < 1, f"close_after must be >= 1, not {self.close_after}"),
-            (self.probe_lease_s <= 0, f"probe_lease_s must be positive, not {self.probe_lease_s}"),
+            (
+                not 0 < self.probe_lease_s <= MAX_SECONDS,
+                f"probe_lease_s must be positive and finite, not {self.probe_lease_s}",
+            ),
             (
                 self.enabled and n is None and rate is None,
                 "an enabled breaker needs consecutive_failures or failure_rate",
@@ -204,7 +211,10 @@ class RetryBudgetPolicy:
                 f"kind must be ratio or tokens, not {self.kind}",
             ),
             (not 0 <= self.ratio <= 1, f"ratio must be in [0, 1], not {self.ratio}"),
-            (self.window_s <= 0, f"window_s must be positive, not {self.window_s}"),
+            (
+                not 0 < self.window_s <= MAX_SECONDS,  # NaN fails too: it becomes a TTL
+                f"window_s must be positive and finite, not {self.window_s}",
+            ),
             (self.min_retries < 0, f"min_retries must be >= 0, not {self.min_retries}"),
             (
                 not 0 < self.max_tokens <= 1000,
@@ -360,7 +370,10 @@ class RunBudget:
             "max_tokens": self.max_tokens,
         }
         checks = [
-            (value is not None and not value > 0, f"{name} must be positive or None, not {value}")
+            (  # written so that NaN and infinity fail too: the wall time becomes a TTL
+                value is not None and not 0 < value <= MAX_SECONDS,
+                f"{name} must be positive and finite, or None, not {value}",
+            )
             for name, value in limits.items()
         ]
         return [

@@ -226,3 +226,34 @@ def test_a_501_is_answered_once(capped: ToolClient, other_host: FlakyServer) -> 
 
     assert result.error is not None and result.error.type == ErrorType.CLIENT_ERROR
     assert result.attempts == 1 and len(other_host.hits(path)) == 1
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan, 1e300])
+def test_budgets_and_policies_that_become_ttls_are_finite(bad: float) -> None:
+    """Before: an infinite wall-time budget or open time reached a TTL and crashed there."""
+    from toolexec.errors import ConfigurationError
+    from toolexec.guard import RunBudget
+    from toolexec.retry_budget import RetryBudgetPolicy
+
+    with pytest.raises(ConfigurationError):
+        RunBudget(max_wall_s=bad)
+    with pytest.raises(ConfigurationError):
+        BreakerPolicy(open_s=bad)
+    with pytest.raises(ConfigurationError):
+        RetryBudgetPolicy(window_s=bad)
+
+
+@pytest.mark.parametrize("deadline", [math.nan, math.inf, 1e300, "soon", None])
+def test_a_messages_deadline_must_be_a_finite_time(deadline: object) -> None:
+    from toolexec.context import CallContext
+
+    with pytest.raises(ValueError, match="deadline"):
+        CallContext.from_json(
+            {
+                "call_id": "c",
+                "tool": "t",
+                "deadline": deadline,
+                "submitted_at": 1.0,
+                "reply_to": "r",
+            }
+        )
