@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 from click.testing import CliRunner
-from input_support import isolated_worker
+from hostile_input_support import isolated_worker
 
 from toolexec.bounds import MAX_RETRY_AFTER_S, MAX_SECONDS
 from toolexec.breaker import BreakerPolicy, BreakerState, CircuitBreaker

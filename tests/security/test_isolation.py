@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from input_support import isolated_worker
+from hostile_input_support import isolated_worker
 
 from toolexec.client import ToolClient
 from toolexec.context import CallContext

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from hostile_input_support import isolated_worker
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from input_support import isolated_worker
 
 from toolexec.adapters import ToolCall, parse_tool_calls
 from toolexec.app import create_app

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import redis
-from input_support import isolated_worker
+from hostile_input_support import isolated_worker
 
 from toolexec.client import ToolClient
 from toolexec.connection import redis_client

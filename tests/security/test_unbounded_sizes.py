@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from input_support import HostileHTTPServer, eventually, isolated_worker
+from hostile_input_support import HostileHTTPServer, eventually, isolated_worker
 
 from toolexec.client import ToolClient
 from toolexec.errors import ErrorType
