@@ -6,9 +6,10 @@ The policy itself (when it opens, how long it stays open) is plain data in
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from toolexec.errors import TRANSIENT_TYPES, ToolException
 
@@ -22,10 +23,33 @@ def breaker_name(tool: str, key_argument: str | None, arguments: Mapping[str, An
     """
     if key_argument:
         value = arguments.get(key_argument)
-        host = urlsplit(value).hostname if isinstance(value, str) else None
+        host = _host(value) if isinstance(value, str) else None
         if host:
             return f"{tool}@{host}"
     return tool
+
+
+#: Longest host kept readable in a breaker name (names are at most 200 characters).
+_MAX_HOST = 120
+
+
+def _host(url: str) -> str | None:
+    """The URL's host as a breaker name may hold it; a model writes the URL.
+
+    Braces would move the name's Redis hash tag and blanks confuse the CLI, so
+    they are percent-encoded; an absurdly long host becomes its digest; a URL
+    that does not parse has no host (its request fails permanently anyway).
+    """
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return None
+    if not host:
+        return None
+    safe = quote(host, safe=":.-_[]%!$&'()*+,;=~")
+    if len(safe) > _MAX_HOST:
+        return "sha256-" + hashlib.sha256(host.encode()).hexdigest()[:32]
+    return safe
 
 
 def counts_as_failure(failure: ToolException | None) -> bool:

@@ -298,3 +298,30 @@ def test_random_tool_call_shapes_through_the_client_never_raise_anything_else(
     except (UsageError, InfrastructureError):
         return
     assert isinstance(replies, list)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://a{b}.com/", "http://a b.com/", "http://[::1/", "http://" + "a" * 300 + ".com/"],
+)
+def test_a_strange_url_reaches_publishing_instead_of_raising_in_the_breaker_check(
+    offline: ToolClient, url: str
+) -> None:
+    """Before: braces, blanks or a long host made the per-host breaker's name raise
+    UsageError, and an unparsable URL raised ValueError, on the client."""
+    with pytest.raises(BrokerUnavailableError):
+        offline.call("http_request", {"url": url}, timeout=5)
+
+
+@hsettings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(tail=st.text(max_size=80))
+def test_random_urls_reach_publishing_or_are_invalid_arguments(
+    offline: ToolClient, tail: str
+) -> None:
+    try:
+        result = offline.call("http_request", {"url": "http://" + tail}, timeout=5)
+    except BrokerUnavailableError:
+        return
+    assert result.error is not None and result.error.type == ErrorType.INVALID_ARGUMENTS
