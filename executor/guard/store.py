@@ -119,8 +119,9 @@ class RunGuard:
 
     def report_tokens(self, tokens: int) -> RunView:
         """Add the tokens a model response used; the token budget is checked next round."""
-        if tokens < 0:
-            raise UsageError(f"tokens must be >= 0, not {tokens}")
+        # a model API's usage numbers: an int, or NaN and infinity would poison the run's state
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens <= 10**12:
+            raise UsageError(f"tokens must be a whole number from 0 to 10**12, not {tokens!r:.40}")
 
         def change(state: RunState | None) -> tuple[RunState, None]:
             now = self.clock.now()

@@ -325,3 +325,12 @@ def test_random_urls_reach_publishing_or_are_invalid_arguments(
     except BrokerUnavailableError:
         return
     assert result.error is not None and result.error.type == ErrorType.INVALID_ARGUMENTS
+
+
+@pytest.mark.parametrize("tokens", [math.nan, math.inf, -1, 1.5, "100", True, 10**13])
+def test_token_usage_from_outside_is_a_whole_number(offline: ToolClient, tokens: Any) -> None:
+    guard = offline.run_guard(f"tokens-{uuid.uuid4().hex[:8]}")
+
+    with pytest.raises(UsageError, match="tokens"):
+        guard.report_tokens(tokens)
+    assert not guard.view().exists  # nothing was written
