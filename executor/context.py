@@ -139,7 +139,8 @@ class CallContext:
     slot_for: int | None = None
     #: Some attempt of this call met an injected fault (``toolexec.faults``).
     injected: bool = False
-    #: The caller's tenant (``TOOLEXEC_TENANT``): scopes the call's idempotency record.
+    #: The caller's tenant (``TOOLEXEC_TENANT``): scopes the call's idempotency record and
+    #: its last-good result (``toolexec.fallback.cache``).
     tenant: str | None = None
     #: A fallback chain in progress (``toolexec.fallback``): the primary's error,
     #: the steps tried, the original arguments.

@@ -46,8 +46,8 @@ class Settings(BaseSettings):
     tenant: str | None = Field(
         default=None,
         pattern=r"^[A-Za-z0-9_.-]{1,64}$",
-        description="A client's tenant: scopes its runs' guard state and its calls' "
-        "idempotency records, so clients of other tenants cannot read, replay or reset them.",
+        description="A client's tenant: scopes its runs' guard state, its calls' idempotency "
+        "records and last-good results, so other tenants cannot read, replay or reset them.",
     )
     tools: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Comma-separated modules a worker imports for tools."

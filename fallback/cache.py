@@ -67,8 +67,10 @@ class LastGoodCache:
         self.keys = keys
         self.clock = clock
 
-    def key(self, tool: str, arguments: Any) -> str:
-        return self.keys.last_good(tool, arguments_hash(tool, arguments))
+    def key(self, tool: str, arguments: Any, tenant: str | None = None) -> str:
+        """One call's entry; a tenant's (``TOOLEXEC_TENANT``) are its own."""
+        scoped = arguments if tenant is None else {"tenant": tenant, "arguments": arguments}
+        return self.keys.last_good(tool, arguments_hash(tool, scoped))
 
     def store(
         self,
@@ -77,10 +79,11 @@ class LastGoodCache:
         step: LastGood,
         data: Any,
         payload: dict[str, Any] | None = None,
+        tenant: str | None = None,
     ) -> bool:
         """Keep ``data`` as the call's last good result; False when it is too large to keep."""
         batch = Batch()
-        stored = self.store_into(batch, tool, arguments, step, data, payload)
+        stored = self.store_into(batch, tool, arguments, step, data, payload, tenant=tenant)
         batch.execute()
         return stored
 
@@ -93,6 +96,7 @@ class LastGoodCache:
         data: Any,
         payload: dict[str, Any] | None = None,
         on_error: OnError | None = None,
+        tenant: str | None = None,
     ) -> bool:
         """:meth:`store` queued on ``batch``; False when the value is too large to keep."""
         entry = {"data": data, "payload": payload, "stored_at": self.clock.now()}
@@ -100,13 +104,15 @@ class LastGoodCache:
         if len(encoded) > step.max_bytes:
             log.debug("not caching %s: %d bytes > max_bytes %d", tool, len(encoded), step.max_bytes)
             return False
-        key, ttl_ms = self.key(tool, arguments), max(1, int(step.ttl_s * 1000))
+        key, ttl_ms = self.key(tool, arguments, tenant), max(1, int(step.ttl_s * 1000))
         batch.add(self.redis, lambda pipe: pipe.set(key, encoded, px=ttl_ms), on_error=on_error)
         return True
 
-    def lookup(self, tool: str, arguments: Any, step: LastGood) -> CachedResult | None:
+    def lookup(
+        self, tool: str, arguments: Any, step: LastGood, tenant: str | None = None
+    ) -> CachedResult | None:
         """The last good result if it is younger than ``step.ttl_s`` and still whole."""
-        raw = self.redis.get(self.key(tool, arguments))
+        raw = self.redis.get(self.key(tool, arguments, tenant))
         if raw is None:
             return None
         entry = json.loads(raw)
@@ -159,4 +165,5 @@ class LastGoodLayer(Layer):
             seen.data,
             None if payload is None else payload.model_dump(mode="json"),
             on_error=failed,
+            tenant=attempt.ctx.tenant,
         )

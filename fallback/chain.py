@@ -330,7 +330,11 @@ class ChainRunner:
         if now >= ctx.deadline:
             return None, _skip(state, step, "deadline: the call's deadline has passed")
         arguments = _validated(spec, state.arguments)
-        found = None if arguments is None else self.cache.lookup(state.primary, arguments, step)
+        found = (
+            None
+            if arguments is None
+            else self.cache.lookup(state.primary, arguments, step, ctx.tenant)
+        )
         if found is None:
             note = StepNote(source="cache", outcome="miss", reason="no result younger than ttl_s")
             return None, state.noted(note)

@@ -64,6 +64,27 @@ def test_a_tenant_is_part_of_a_runs_key() -> None:
     assert Keys("p").run("r1") != acme.run("r1") != other.run("r1")
 
 
+def test_a_tenants_last_good_results_are_its_own(redis_url: str) -> None:
+    """A fallback answers from the cache of the caller's own tenant, never another's."""
+    from toolexec.clock import ManualClock
+    from toolexec.connection import redis_client
+    from toolexec.fallback import LastGood, LastGoodCache
+
+    cache = LastGoodCache(
+        redis_client(redis_url), Keys(f"sec-{uuid.uuid4().hex[:8]}"), ManualClock()
+    )
+    step = LastGood(ttl_s=60)
+    cache.store("forecast", {"city": "Oslo"}, step, {"for": "acme"}, tenant="acme")
+
+    mine = cache.lookup("forecast", {"city": "Oslo"}, step, tenant="acme")
+    theirs = cache.lookup("forecast", {"city": "Oslo"}, step, tenant="globex")
+    untenanted = cache.lookup("forecast", {"city": "Oslo"}, step)
+
+    assert mine is not None and mine.data == {"for": "acme"}
+    assert theirs is None and untenanted is None
+    cache.redis.delete(cache.key("forecast", {"city": "Oslo"}, "acme"))
+
+
 # -- through a real worker -----------------------------------------------------------------
 
 
