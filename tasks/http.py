@@ -31,6 +31,7 @@ from toolexec.clock import SystemClock
 from toolexec.egress import AsyncGuardedTransport, EgressPolicy
 from toolexec.errors import ResultTooLargeError, ToolTimeoutError
 from toolexec.registry import tool
+from toolexec.retry_budget import RetryBudgetPolicy
 
 __all__ = ["http_request", "read_capped"]
 
@@ -118,9 +119,15 @@ async def _fetch(
     return out
 
 
-# One breaker per host (http_request@api.example.com): a model that points the tool at
-# a failing URL must not switch it off for every other agent and every other host.
-@tool(timeout=30, max_attempts=3, breaker_key="url")
+# One breaker and one retry budget per host (http_request@api.example.com): a model that
+# points the tool at a failing URL must not switch it, or its retries, off for every
+# other agent and every other host.
+@tool(
+    timeout=30,
+    max_attempts=3,
+    breaker_key="url",
+    retry_budget=RetryBudgetPolicy(key_argument="url"),
+)
 async def http_request(
     url: Annotated[str, Field(description="Absolute http(s) URL.", pattern=r"^https?://")],
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = "GET",
