@@ -30,8 +30,8 @@ from toolexec.classify import classify_response
 from toolexec.clock import SystemClock
 from toolexec.egress import AsyncGuardedTransport, EgressPolicy
 from toolexec.errors import ResultTooLargeError, ToolTimeoutError
+from toolexec.policies import RetryBudgetPolicy
 from toolexec.registry import tool
-from toolexec.retry_budget import RetryBudgetPolicy
 
 __all__ = ["http_request", "read_capped"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
+from toolexec.policies import BreakerPolicy
 
 NO_BREAKER = BreakerPolicy(enabled=False)
 

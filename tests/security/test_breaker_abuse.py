@@ -20,13 +20,14 @@ from click.testing import CliRunner
 from hostile_input_support import isolated_worker
 
 from toolexec.bounds import MAX_RETRY_AFTER_S, MAX_SECONDS
-from toolexec.breaker import BreakerPolicy, BreakerState, CircuitBreaker
+from toolexec.breaker import BreakerState, CircuitBreaker
 from toolexec.breaker.cli import breakers
 from toolexec.classify import classify_exception, classify_response, parse_retry_after
 from toolexec.client import ToolClient
 from toolexec.connection import redis_client
 from toolexec.errors import ErrorType, UnavailableError, UsageError
 from toolexec.keys import Keys
+from toolexec.policies import BreakerPolicy
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply
 
@@ -233,8 +234,7 @@ def test_a_501_is_answered_once(capped: ToolClient, other_host: FlakyServer) -> 
 def test_budgets_and_policies_that_become_ttls_are_finite(bad: float) -> None:
     """Before: an infinite wall-time budget or open time reached a TTL and crashed there."""
     from toolexec.errors import ConfigurationError
-    from toolexec.guard import RunBudget
-    from toolexec.retry_budget import RetryBudgetPolicy
+    from toolexec.policies import RetryBudgetPolicy, RunBudget
 
     with pytest.raises(ConfigurationError):
         RunBudget(max_wall_s=bad)

@@ -19,9 +19,9 @@ from hostile_input_support import isolated_worker
 from toolexec.client import ToolClient
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
-from toolexec.guard import RunBudget
 from toolexec.idempotency import record_id
 from toolexec.keys import Keys
+from toolexec.policies import RunBudget
 from toolexec.settings import Settings
 
 
