@@ -28,6 +28,7 @@ import os
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -49,6 +50,7 @@ from _common import (
 )
 from celery import Celery
 
+from toolexec import liveness
 from toolexec.app import celery_config
 from toolexec.client import ToolClient
 from toolexec.settings import Settings
@@ -133,9 +135,25 @@ class Toolexec:
         return seconds
 
     def message_bytes(self, size: int) -> int:
-        """The call's broker message; call only once the worker has stopped."""
-        self.client.submit("bench_text", {"size": size}, timeout=5)
-        return _last_message(self.raw, self.client.settings.default_queue)
+        """The call's broker message; call only once the worker has stopped.
+
+        The client answers ``no_worker`` without publishing when nobody serves the
+        queue, so a stand-in heartbeat (never a consumer) lets this one call out.
+        """
+        queue, keys = self.client.settings.default_queue, self.client.keys
+        stand_in = f"bench-message-size-{uuid.uuid4().hex[:8]}"
+        liveness.beat(self.raw, keys, stand_in, [queue], self.client.clock.now())
+        try:
+            end = time.monotonic() + 5.0
+            while True:  # the client re-reads who serves a queue at most once a second
+                handle = self.client.submit("bench_text", {"size": size}, timeout=5)
+                if self.raw.llen(queue) or time.monotonic() > end:
+                    break
+                handle.result()  # answered no_worker from a cached look-up: ask again
+                time.sleep(0.2)
+        finally:
+            liveness.leave(self.raw, keys, stand_in, [queue])
+        return _last_message(self.raw, queue)
 
     def reply_bytes(self, size: int) -> int:
         """The reply-list entry the worker pushes, read before the client pops it."""

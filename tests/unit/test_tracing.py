@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,12 +63,25 @@ def test_only_otel_variables_that_ask_for_an_exporter_turn_tracing_on(
     assert tracing._wanted(env) is wanted
 
 
+_NO_OP_CHECK = """
+from toolexec import tracing
+assert tracing.configure("unit", environ={}) is False
+span = tracing.start_call("t", "c1", None, 0.0, None)
+assert not span.is_recording()  # nothing is collected or exported
+assert tracing.inject_headers(span, "q", "c1", "tools.t") == {}
+tracing.end_call(span, "ok", None, 1)
+print("no-op")
+"""
+
+
 def test_unset_variables_leave_the_no_op_tracer_in_place() -> None:
-    assert tracing.configure("unit", environ={}) is False
-    span = tracing.start_call("t", "c1", None, 0.0, None)
-    assert not span.is_recording()  # nothing is collected or exported
-    assert tracing.inject_headers(span, "q", "c1", "tools.t") == {}
-    tracing.end_call(span, "ok", None, 1)
+    """In a fresh process: OpenTelemetry's provider is process-global, and other tests
+    of this session install a real one."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_OP_CHECK], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip() == "no-op", done.stderr
 
 
 def test_a_client_span_carries_the_call_and_its_outcome(
