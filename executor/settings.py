@@ -184,7 +184,50 @@ class Settings(BaseSettings):
     )
     flower_port: int = Field(default=5555, gt=0, lt=65536, description="Port of `toolexec flower`.")
 
-    @field_validator("tools", "http_allow", mode="before")
+    mcp_call_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="Deadline in seconds of a call made through `toolexec mcp`, capped by the "
+        "client's own timeout when it sends one (_meta toolexec/timeout_s).",
+    )
+    mcp_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token `toolexec mcp --http` requires; needed to listen beyond "
+        "loopback (never logged).",
+    )
+    mcp_allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Origins `toolexec mcp --http` accepts besides loopback ones, comma-separated "
+        "(http://host:port, or http://host:* for any port).",
+    )
+    mcp_max_request_bytes: int = Field(
+        default=1_048_576,
+        gt=0,
+        description="Largest request body `toolexec mcp --http` reads; larger ones get 413.",
+    )
+    mcp_catalog_poll_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often `toolexec mcp` reads the catalog to send tools/list_changed.",
+    )
+    mcp_progress_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often `toolexec mcp` reports progress on a call in flight, when the "
+        "client sent a progress token.",
+    )
+    mcp_guard: bool = Field(
+        default=True,
+        description="Run `toolexec mcp` calls under the run guard (one run per MCP session, or "
+        "_meta toolexec/run_id).",
+    )
+    mcp_servers: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description='Policies of remote MCP servers a worker proxies, as JSON: {"name": '
+        '{"timeout": 10, "max_attempts": 3, "queue": "mcp", "side_effects": {"tool": true}}}.',
+    )
+
+    @field_validator("tools", "http_allow", "mcp_allowed_origins", mode="before")
     @classmethod
     def _split_modules(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -1,0 +1,3 @@
+"""toolexec and the Model Context Protocol."""
+
+__all__: list[str] = []

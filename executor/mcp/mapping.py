@@ -1,0 +1,217 @@
+"""Pure translations between toolexec's catalog and results and MCP's shapes.
+
+The MCP front (``toolexec.mcp.server``) is thin I/O around these functions: a
+catalog entry becomes a ``Tool`` with annotations taken from its policy, a
+:class:`~toolexec.results.ToolResult` becomes a ``CallToolResult`` whose text is
+exactly what an OpenAI tool message would carry, and the run id and deadline of
+a call are decided from the session and the request's ``_meta``. Keeping them
+free of sessions and Redis lets the unit tests pin every rule down.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+import mcp_types as types
+
+from toolexec.errors import ErrorType
+from toolexec.results import ErrorInfo, ToolResult
+
+__all__ = [
+    "READ_PAYLOAD",
+    "RUN_ID_META",
+    "TIMEOUT_META",
+    "annotations_for",
+    "call_timeout",
+    "cancelled_result",
+    "catalog_fingerprint",
+    "read_payload_tool",
+    "run_id_for",
+    "to_call_result",
+    "to_tool",
+]
+
+#: The extra tool the front serves beside the catalog, to page through offloaded results.
+READ_PAYLOAD = "read_payload"
+
+#: ``_meta`` keys a client may send with ``tools/call``: the agent run the call belongs
+#: to (the run guard counts per run), and how long the client itself will wait, in
+#: seconds (MCP has no standard field for a request timeout).
+RUN_ID_META = "toolexec/run_id"
+TIMEOUT_META = "toolexec/timeout_s"
+
+_MAX_RUN_ID = 200
+
+
+def annotations_for(policy: Mapping[str, Any]) -> types.ToolAnnotations:
+    """What a client may assume about a tool, from the policy the workers published.
+
+    A tool without side effects is read-only. A side-effecting one may destroy
+    (toolexec cannot know it does not), and it is idempotent: its calls carry an
+    idempotency key derived from the run, the tool and the arguments, so the same
+    call made twice in one run has the effect once (``toolexec.idempotency``).
+    """
+    writes = bool(policy.get("side_effects"))
+    if not writes:
+        return types.ToolAnnotations(read_only_hint=True)
+    return types.ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True)
+
+
+@cache
+def _result_schema() -> dict[str, Any]:
+    """structuredContent is the whole ToolResult; its schema is the same for every tool."""
+    return ToolResult.model_json_schema()
+
+
+def to_tool(name: str, entry: Mapping[str, Any]) -> types.Tool:
+    """A catalog entry as an MCP tool; ``outputSchema`` describes the ToolResult it returns."""
+    policy = entry.get("policy") or {}
+    return types.Tool(
+        name=name,
+        description=entry.get("description") or name,
+        input_schema=dict(entry["parameters"]),
+        output_schema=_result_schema(),
+        annotations=annotations_for(policy),
+    )
+
+
+def read_payload_tool() -> types.Tool:
+    """``read_payload``: the model pages through a result too large to be shown whole."""
+    return types.Tool(
+        name=READ_PAYLOAD,
+        description=(
+            "Read part of a large tool result that was stored instead of shown. Pass the "
+            "payload key from the result's preview; offset and limit count lines (text), "
+            "items (arrays) or keys (objects). The answer says where to read on."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "key": {"type": "string", "minLength": 1, "maxLength": 512},
+                "offset": {"type": "integer", "minimum": 0, "default": 0},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+            },
+            "required": ["key"],
+            "additionalProperties": False,
+        },
+        annotations=types.ToolAnnotations(read_only_hint=True),
+    )
+
+
+def catalog_fingerprint(catalog: Mapping[str, Mapping[str, Any]]) -> tuple[Any, ...]:
+    """What a client's tool list depends on: a change here is a ``list_changed``.
+
+    Policies change what annotations say; the heartbeat republishing the same
+    catalog changes nothing here, so it never notifies.
+    """
+    return tuple(
+        (
+            name,
+            entry.get("description"),
+            repr(entry.get("parameters")),
+            bool((entry.get("policy") or {}).get("side_effects")),
+        )
+        for name, entry in sorted(catalog.items())
+    )
+
+
+def _meta_value(meta: Mapping[str, Any] | None, key: str) -> Any:
+    return None if meta is None else meta.get(key)
+
+
+def run_id_for(meta: Mapping[str, Any] | None, session_run_id: str) -> str:
+    """The client's own run id from ``_meta`` when it gives a usable one, else the session's."""
+    given = _meta_value(meta, RUN_ID_META)
+    if isinstance(given, str) and 0 < len(given) <= _MAX_RUN_ID and given.isprintable():
+        return given
+    return session_run_id
+
+
+def call_timeout(meta: Mapping[str, Any] | None, server_timeout: float) -> float:
+    """The call's deadline in seconds: the server's setting, capped by the client's own wait.
+
+    A client that gives up after 10 s gains nothing from a call that retries for
+    60; the number comes from outside, so anything but a positive finite number
+    of seconds is ignored.
+    """
+    given = _meta_value(meta, TIMEOUT_META)
+    if isinstance(given, bool) or not isinstance(given, int | float):
+        return server_timeout
+    seconds = float(given)
+    if not math.isfinite(seconds) or seconds <= 0:
+        return server_timeout
+    return min(server_timeout, seconds)
+
+
+def _result_meta(result: ToolResult) -> dict[str, Any] | None:
+    """Flags a client can read without parsing the text: a degraded or offloaded answer."""
+    meta: dict[str, Any] = {}
+    if result.degraded:
+        meta["toolexec/degraded"] = True
+        meta["toolexec/source"] = result.source
+    if result.payload is not None:
+        meta["toolexec/payload"] = {
+            "key": result.payload.key,
+            "unit": result.payload.unit,
+            "count": result.payload.count,
+            "read_with": READ_PAYLOAD,
+        }
+    return meta or None
+
+
+def to_call_result(result: ToolResult, text: str | None = None) -> types.CallToolResult:
+    """A ToolResult as MCP's CallToolResult.
+
+    ``text`` is the model-facing rendering, by default the ToolResult's own (what
+    an OpenAI tool message carries); the run guard's reply replaces it when the
+    guard added a nudge or refused the call. Every status but ``ok`` is an error
+    (``unknown`` too: the model must not assume a write happened).
+    """
+    body = text if text is not None else result.content()
+    return types.CallToolResult(
+        content=[types.TextContent(text=body)],
+        structured_content=result.model_dump(mode="json"),
+        is_error=result.status != "ok",
+        _meta=_result_meta(result),
+    )
+
+
+def cancelled_result(
+    *,
+    tool: str,
+    call_id: str,
+    run_id: str | None,
+    side_effects: bool,
+    elapsed_s: float,
+) -> ToolResult:
+    """The outcome of a call the MCP client cancelled: the same as a deadline reached now.
+
+    No further attempt starts (the front revokes the call), but an attempt that
+    was running may still finish; for a tool that writes, that means the write
+    may or may not have happened, so the status is ``unknown``, never ``error``.
+    """
+    message = f"the client cancelled the call after {elapsed_s:.1f} s; no further attempt starts"
+    if side_effects:
+        suggestion = (
+            "The write may or may not have happened. Check its effect before calling again; "
+            "the same call in the same run is answered from its idempotency record."
+        )
+    else:
+        suggestion = "Call the tool again if its result is still needed."
+    return ToolResult(
+        status="unknown" if side_effects else "error",
+        tool=tool,
+        call_id=call_id,
+        run_id=run_id,
+        error=ErrorInfo(
+            type=ErrorType.DEADLINE_EXCEEDED,
+            message=message,
+            suggestion=suggestion,
+            retryable=not side_effects,
+            details={"cancelled": True},
+        ),
+        elapsed_ms=round(elapsed_s * 1000.0, 3),
+    )

@@ -1,0 +1,272 @@
+"""``toolexec mcp``: the tool catalog served to any MCP client, every call a toolexec call.
+
+An MCP client (Claude, the OpenAI Agents SDK, pydantic-ai, an IDE) lists the
+catalog the workers publish and calls tools; each ``tools/call`` goes through
+:class:`~toolexec.client.ToolClient` like any other call, so validation,
+breakers, retries, budgets, idempotent writes, fallbacks and offloaded results
+all apply, and the answer is the same :class:`~toolexec.results.ToolResult`.
+The translations are pure functions in ``toolexec.mcp.mapping``; this module
+is the I/O around them: the SDK's low-level server, the run guard per session,
+progress while a call waits, cancellation, and the transports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+
+from toolexec.client import ToolClient
+from toolexec.errors import PayloadUnavailableError, UsageError
+from toolexec.guard import RunGuard
+from toolexec.mcp.mapping import (
+    READ_PAYLOAD,
+    call_timeout,
+    cancelled_result,
+    catalog_fingerprint,
+    read_payload_tool,
+    run_id_for,
+    to_call_result,
+    to_tool,
+)
+from toolexec.results import ToolResult
+from toolexec.settings import Settings
+
+__all__ = ["McpFront"]
+
+log = logging.getLogger("toolexec.mcp")
+
+Context = Any  # mcp.server.context.ServerRequestContext; generic over the lifespan state
+
+
+class _FrontServer(Server[Any]):
+    """The SDK's low-level server, announcing ``tools.listChanged`` on every transport.
+
+    The streamable HTTP manager builds each session's options without arguments,
+    so the capability has to be the default here rather than passed in.
+    """
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+class McpFront:
+    """Answers MCP requests with toolexec calls; one per ``toolexec mcp`` process."""
+
+    def __init__(self, client: ToolClient, settings: Settings | None = None) -> None:
+        self.client = client
+        self.settings = settings or client.settings
+        self._runs: weakref.WeakKeyDictionary[ServerSession, str] = weakref.WeakKeyDictionary()
+        self._fingerprint: tuple[Any, ...] | None = None
+        self.server = _FrontServer(
+            "toolexec",
+            version="0.1.0",
+            instructions="Tools run by toolexec workers; results are typed ToolResults.",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+
+    # -- sessions ------------------------------------------------------------
+
+    def _run_of(self, session: ServerSession) -> str:
+        """The run id of a session: one agent conversation, guarded as one run."""
+        run = self._runs.get(session)
+        if run is None:
+            run = f"mcp-{uuid.uuid4().hex[:16]}"
+            self._runs[session] = run
+        return run
+
+    async def watch_catalog(self) -> None:
+        """Tell every session that listed tools when the catalog changes (``list_changed``).
+
+        Sessions are known from their requests; a session of the 2026-07-28
+        protocol receives change notifications only on a ``subscriptions/listen``
+        stream, which this server does not serve, so only handshake-era sessions
+        are told.
+        """
+        while True:
+            await anyio.sleep(self.settings.mcp_catalog_poll_s)
+            try:
+                catalog = await asyncio.to_thread(self.client.catalog, True)
+            except Exception as exc:  # the next poll tries again; serving goes on
+                log.warning("could not read the catalog: %s", exc)
+                continue
+            fingerprint = catalog_fingerprint(catalog)
+            if self._fingerprint is not None and fingerprint != self._fingerprint:
+                await self._notify_changed()
+            self._fingerprint = fingerprint
+
+    async def _notify_changed(self) -> None:
+        for session in list(self._runs):
+            try:
+                await session.send_tool_list_changed()
+            except Exception as exc:  # a closed session is dropped with its last reference
+                log.debug("could not notify a session of the changed catalog: %s", exc)
+
+    # -- tools/list ------------------------------------------------------------
+
+    async def _list_tools(
+        self, ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        self._run_of(ctx.session)
+        catalog = await asyncio.to_thread(self.client.catalog)
+        if self._fingerprint is None:
+            self._fingerprint = catalog_fingerprint(catalog)
+        tools = [to_tool(name, entry) for name, entry in sorted(catalog.items())]
+        tools = [t for t in tools if t.name != READ_PAYLOAD] + [read_payload_tool()]
+        return types.ListToolsResult(tools=tools)
+
+    # -- tools/call ------------------------------------------------------------
+
+    async def _call_tool(
+        self, ctx: Context, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        arguments = params.arguments or {}
+        if params.name == READ_PAYLOAD:
+            return await self._read_payload(arguments)
+        meta: Mapping[str, Any] | None = ctx.meta
+        run_id = run_id_for(meta, self._run_of(ctx.session))
+        timeout = call_timeout(meta, self.settings.mcp_call_timeout)
+        guard = self.client.run_guard(run_id) if self.settings.mcp_guard else None
+        return await _Call(self, ctx, params.name, arguments, run_id, timeout, guard).run()
+
+    async def _read_payload(self, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        key, offset, limit = arguments.get("key"), arguments.get("offset", 0), arguments.get(
+            "limit", 100
+        )
+        if not isinstance(key, str) or not all(
+            isinstance(n, int) and not isinstance(n, bool) for n in (offset, limit)
+        ):
+            return _error_text("read_payload takes key (a string), offset and limit (integers)")
+        try:
+            page = await asyncio.to_thread(self.client.read_payload, key, offset, limit)
+        except (PayloadUnavailableError, UsageError) as exc:
+            return _error_text(str(exc))
+        body = page.to_json()
+        return types.CallToolResult(
+            content=[types.TextContent(text=_json(body))], structured_content=body
+        )
+
+
+class _Call:
+    """One ``tools/call``: guard, submit, wait with progress, answer or cancel."""
+
+    def __init__(
+        self,
+        front: McpFront,
+        ctx: Context,
+        tool: str,
+        arguments: dict[str, Any],
+        run_id: str,
+        timeout: float,
+        guard: RunGuard | None,
+    ) -> None:
+        self.front, self.ctx, self.tool, self.arguments = front, ctx, tool, arguments
+        self.run_id, self.timeout, self.guard = run_id, timeout, guard
+        self.call_id = uuid.uuid4().hex
+        self.started = time.monotonic()
+
+    async def run(self) -> types.CallToolResult:
+        client = self.front.client
+        plan = None
+        if self.guard is not None:
+            names = sorted(await asyncio.to_thread(client.catalog))
+            plan = await asyncio.to_thread(
+                self.guard.begin_round, [(self.tool, self.arguments)], alternatives=names
+            )
+            if 0 not in plan.to_run:
+                return await self._finish(plan, None)
+            if plan.timeout is not None:
+                self.timeout = min(self.timeout, plan.timeout)
+        try:
+            result = await self._wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._cancelled(plan)
+            raise
+        return await self._finish(plan, result)
+
+    async def _wait(self) -> ToolResult:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(self._report_progress)
+            result = await self.front.client.acall(
+                self.tool,
+                self.arguments,
+                run_id=self.run_id,
+                timeout=self.timeout,
+                call_id=self.call_id,
+            )
+            tasks.cancel_scope.cancel()
+        return result
+
+    async def _report_progress(self) -> None:
+        """Heartbeats while the call is in flight (attempts, backoff, a fallback).
+
+        A no-op unless the client sent a progress token.
+        """
+        every = self.front.settings.mcp_progress_s
+        while True:
+            await anyio.sleep(every)
+            elapsed = time.monotonic() - self.started
+            message = (
+                f"{self.tool}: in flight for {elapsed:.0f} s of {self.timeout:.0f} s "
+                "(running, retrying after a transient failure, or waiting out a backoff)"
+            )
+            await self.ctx.session.report_progress(min(elapsed, self.timeout), self.timeout, message)
+
+    async def _cancelled(self, plan: Any) -> None:
+        """The client cancelled: no further attempt starts, and the outcome is recorded."""
+        client = self.front.client
+        try:
+            await asyncio.to_thread(client.app.control.revoke, self.call_id)
+        except Exception as exc:
+            log.warning("could not revoke cancelled call %s: %s", self.call_id, exc)
+        entry = (await asyncio.to_thread(client.catalog)).get(self.tool) or {}
+        result = cancelled_result(
+            tool=self.tool,
+            call_id=self.call_id,
+            run_id=self.run_id,
+            side_effects=bool((entry.get("policy") or {}).get("side_effects")),
+            elapsed_s=time.monotonic() - self.started,
+        )
+        log.info(
+            "call %s of %s cancelled by the MCP client: %s", self.call_id, self.tool, result.status
+        )
+        if self.guard is not None and plan is not None:
+            await asyncio.to_thread(self.guard.end_round, plan, [result])
+
+    async def _finish(self, plan: Any, result: ToolResult | None) -> types.CallToolResult:
+        if self.guard is None or plan is None:
+            assert result is not None
+            return to_call_result(result)
+        outcome = (await asyncio.to_thread(self.guard.end_round, plan, [result]))[0]
+        return to_call_result(outcome.result, outcome.content())
+
+
+def _json(body: Any) -> str:
+    import json
+
+    return json.dumps(body, ensure_ascii=False, default=str)
+
+
+def _error_text(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=message)], is_error=True)

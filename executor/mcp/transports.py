@@ -1,0 +1,138 @@
+"""The two transports of ``toolexec mcp``: stdio, and streamable HTTP at ``/mcp``.
+
+Over HTTP the front is reachable by anything that can reach the port, and a
+browser page can reach a loopback port too (DNS rebinding), so: the SDK's
+transport security checks ``Host`` and ``Origin`` (loopback origins, plus
+``TOOLEXEC_MCP_ALLOWED_ORIGINS``) and caps the request body; a bearer token
+from ``TOOLEXEC_MCP_TOKEN`` is checked by the SDK's bearer middleware; and a
+bind beyond loopback is refused without one, as ``toolexec flower`` refuses
+one without credentials.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from urllib.parse import urlsplit
+
+import anyio
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+
+from toolexec.errors import ConfigurationError
+from toolexec.mcp.server import McpFront
+from toolexec.settings import Settings
+
+__all__ = [
+    "MCP_PATH",
+    "StaticTokenVerifier",
+    "check_bind",
+    "http_app",
+    "is_loopback",
+    "parse_listen",
+    "serve_http",
+    "serve_stdio",
+]
+
+MCP_PATH = "/mcp"
+
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a literal address or ``localhost``) is loopback; names are not resolved."""
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as a host and a port."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigurationError(
+            f"--http takes HOST:PORT, e.g. 127.0.0.1:8765 or [::1]:8765, not {value!r}"
+        )
+    return host.strip("[]"), int(port)
+
+
+def check_bind(host: str, settings: Settings) -> None:
+    """Refuse to serve beyond loopback without a bearer token."""
+    if is_loopback(host) or settings.mcp_token is not None:
+        return
+    raise ConfigurationError(
+        f"refusing to serve MCP on {host}, beyond loopback, without a bearer token: every "
+        "client could run every tool. Set TOOLEXEC_MCP_TOKEN, or listen on 127.0.0.1"
+    )
+
+
+class StaticTokenVerifier:
+    """The one token of ``TOOLEXEC_MCP_TOKEN``, compared in constant time."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if hmac.compare_digest(token.encode(), self._token):
+            return AccessToken(token="***", client_id="toolexec-mcp", scopes=[])
+        return None
+
+
+def _security(host: str, port: int, settings: Settings) -> TransportSecuritySettings:
+    origins = [f"http://{h}:*" for h in _LOOPBACK_HOSTS] + list(settings.mcp_allowed_origins)
+    hosts = [f"{h}:*" for h in _LOOPBACK_HOSTS]
+    hosts += [f"{host}:{port}", f"[{host}]:{port}"]
+    hosts += [urlsplit(origin).netloc for origin in settings.mcp_allowed_origins]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
+
+
+def http_app(front: McpFront, host: str, port: int) -> Starlette:
+    """The ASGI app serving ``/mcp``; raises ConfigurationError for an unsafe bind."""
+    settings = front.settings
+    check_bind(host, settings)
+    token = settings.mcp_token.get_secret_value() if settings.mcp_token is not None else None
+    auth = (
+        AuthSettings(issuer_url=f"http://{host}:{port}", resource_server_url=None)  # type: ignore[arg-type]
+        if token
+        else None
+    )
+    return front.server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        transport_security=_security(host, port, settings),
+        max_request_body_size=settings.mcp_max_request_bytes,
+        host=host,
+        auth=auth,
+        token_verifier=StaticTokenVerifier(token) if token else None,
+    )
+
+
+async def serve_http(front: McpFront, host: str, port: int) -> None:
+    """Serve until cancelled (Ctrl-C, SIGTERM), with the catalog watcher beside it."""
+    import uvicorn
+
+    app = http_app(front, host, port)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(front.watch_catalog)
+        await server.serve()
+        tasks.cancel_scope.cancel()
+
+
+async def serve_stdio(front: McpFront) -> None:
+    """Serve one client over stdin and stdout until it closes them."""
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(front.watch_catalog)
+        async with stdio_server() as (read_stream, write_stream):
+            await front.server.run(
+                read_stream, write_stream, front.server.create_initialization_options()
+            )
+        tasks.cancel_scope.cancel()
