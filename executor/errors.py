@@ -34,6 +34,7 @@ misuse or broken infrastructure, never a tool's own failure::
             ├── ClientError                client_error (other 4xx)
             ├── IdempotencyMismatchError   idempotency_mismatch (a key reused with other arguments)
             ├── ResultTooLargeError        result_too_large (past the tool's result size limit)
+            ├── UnknownToolError           unknown_tool (a remote MCP server does not have it)
             └── WorkerLostError            worker_lost (a crashed write that cannot be checked)
 
 Decisions (retry, and later breaker and fallback) look at ``error_type`` and
@@ -75,6 +76,7 @@ __all__ = [
     "TransientError",
     "UnauthorizedError",
     "UnavailableError",
+    "UnknownToolError",
     "UsageError",
     "WorkerLostError",
 ]
@@ -306,6 +308,12 @@ class IdempotencyMismatchError(PermanentError):
     """The idempotency key was used before for a call with other arguments."""
 
     error_type = ErrorType.IDEMPOTENCY_MISMATCH
+
+
+class UnknownToolError(PermanentError):
+    """The tool is not there: a remote MCP server answered that it has no such tool."""
+
+    error_type = ErrorType.UNKNOWN_TOOL
 
 
 class WorkerLostError(PermanentError):

@@ -20,7 +20,11 @@ def breaker_name(tool: str, key_argument: str | None, arguments: Mapping[str, An
     """``tool``, or ``tool@host`` when the tool keeps a breaker per downstream host.
 
     Retry budgets are named the same way, so one host's breaker and budget agree.
+    A key starting with ``@`` is not an argument but the name of a breaker several
+    tools share: the tools of one remote MCP server fail together (``toolexec.mcp.remote``).
     """
+    if key_argument and key_argument.startswith("@"):
+        return key_argument[1:]
     if key_argument:
         value = arguments.get(key_argument)
         host = _host(value) if isinstance(value, str) else None

@@ -150,8 +150,10 @@ class McpFront:
         return await _Call(self, ctx, params.name, arguments, run_id, timeout, guard).run()
 
     async def _read_payload(self, arguments: Mapping[str, Any]) -> types.CallToolResult:
-        key, offset, limit = arguments.get("key"), arguments.get("offset", 0), arguments.get(
-            "limit", 100
+        key, offset, limit = (
+            arguments.get("key"),
+            arguments.get("offset", 0),
+            arguments.get("limit", 100),
         )
         if not isinstance(key, str) or not all(
             isinstance(n, int) and not isinstance(n, bool) for n in (offset, limit)
@@ -231,7 +233,9 @@ class _Call:
                 f"{self.tool}: in flight for {elapsed:.0f} s of {self.timeout:.0f} s "
                 "(running, retrying after a transient failure, or waiting out a backoff)"
             )
-            await self.ctx.session.report_progress(min(elapsed, self.timeout), self.timeout, message)
+            await self.ctx.session.report_progress(
+                min(elapsed, self.timeout), self.timeout, message
+            )
 
     async def _cancelled(self, plan: Any) -> None:
         """The client cancelled: no further attempt starts, and the outcome is recorded."""
