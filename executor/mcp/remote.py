@@ -550,7 +550,8 @@ def _arguments_model(
     published.pop("title", None)
 
     class _Remote(pydantic.BaseModel):
-        model_config = pydantic.ConfigDict(extra="forbid")
+        # dumped under the remote names: idempotency records and retries carry those
+        model_config = pydantic.ConfigDict(extra="forbid", serialize_by_alias=True)
 
         @classmethod
         def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -626,24 +627,28 @@ def _refresh(server: RemoteServer, registry: Registry | None = None) -> None:
 
 
 def _publish_now() -> None:
-    """Publish the catalog at once instead of at the next heartbeat, when a worker runs."""
-    worker = _worker_name.get("name")
-    if worker is None:
+    """Let the worker run the new tools, then publish the catalog that routes calls to them.
+
+    Celery's consumer maps task names to handlers once, at start; a task added
+    later must be added there too, or its messages are dropped as unregistered.
+    """
+    consumer = _worker.get("consumer")
+    if consumer is None:
         return
-    from toolexec.app import app
     from toolexec.tasks.catalog_publisher import publish_catalog
 
     try:
-        publish_catalog(app, worker)
+        consumer.update_strategies()
+        publish_catalog(consumer.app, consumer.hostname)
     except Exception as exc:  # the heartbeat publishes it soon anyway
         log.warning("could not publish the catalog: %s", exc)
 
 
-_worker_name: dict[str, str] = {}
+_worker: dict[str, Any] = {}
 
 
 def _on_worker_ready(sender: Any, **_: Any) -> None:
-    _worker_name["name"] = sender.hostname
+    _worker["consumer"] = sender
 
 
 def register_servers(

@@ -1,0 +1,230 @@
+"""Remote MCP servers' tools run by workers behind toolexec's defences.
+
+A real MCP server made with the official SDK (``mcp_remote_server.py``) runs on
+loopback and fails on command; a real worker proxies it (``mcp_proxy_tools``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from mcp_support import free_port, wait_for_port
+
+from toolexec.client import ToolClient
+from toolexec.errors import ErrorType
+from toolexec.settings import Settings
+from toolexec.testing import WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+HERE = Path(__file__).parent
+
+
+class Remote:
+    """The remote MCP server process and its control endpoint."""
+
+    def __init__(self, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        self.control = f"http://127.0.0.1:{port}/control"
+
+    def fail(self, *statuses: int, retry_after: str | None = None) -> None:
+        order: dict[str, Any] = {"fail": list(statuses), "clear": True}
+        if retry_after is not None:
+            order["retry_after"] = retry_after
+        httpx.post(self.control, json=order, timeout=5).raise_for_status()
+
+    def seen(self) -> dict[str, Any]:
+        seen: dict[str, Any] = httpx.get(self.control, timeout=5).json()
+        return seen
+
+    def calls(self, tool: str) -> int:
+        return int(self.seen()["calls"].get(tool, 0))
+
+    def writes(self, key: str) -> int:
+        return int(self.seen()["writes"].get(key, 0))
+
+
+def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remote]:
+    port = free_port()
+    log = tmp_path_factory.mktemp("mcp-remote") / "remote.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(HERE / "mcp_remote_server.py"), str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for_port(port, proc, log)
+        yield Remote(port)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def proxy_env(worker_env: dict[str, str], remote: Remote) -> dict[str, str]:
+    return {**worker_env, "TOOLEXEC_TEST_MCP_URL": remote.url}
+
+
+@pytest.fixture(scope="module")
+def proxy(
+    settings: Settings,
+    proxy_env: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ToolClient]:
+    log = tmp_path_factory.mktemp("mcp-proxy") / "worker.log"
+    proc = WorkerProcess("mcp_proxy_tools", proxy_env, queues="mcp_proxy", log_path=log)
+    proc.start(settings.redis_url or "", settings.key_prefix)
+    with ToolClient(settings) as client:
+        yield client
+    proc.stop()
+
+
+def test_remote_tools_are_registered_with_policy_from_annotations(proxy: ToolClient) -> None:
+    catalog = proxy.catalog(refresh=True)
+    assert {"remote.echo", "remote.write", "remote.refuse"} <= set(catalog)
+    assert catalog["remote.echo"]["task"] == "tools.remote.echo"
+    assert catalog["remote.echo"]["policy"]["side_effects"] is False  # readOnlyHint
+    assert catalog["remote.write"]["policy"]["side_effects"] is True  # destructiveHint
+    assert catalog["remote.echo"]["policy"]["queue"] == "mcp_proxy"
+    assert catalog["remote.echo"]["policy"]["breaker_key"] == "@mcp:remote"
+    assert catalog["remote.echo"]["parameters"]["required"] == ["text"]
+
+
+def test_a_call_succeeds_and_bad_arguments_name_the_field(
+    proxy: ToolClient, remote: Remote
+) -> None:
+    result = proxy.call("remote.echo", {"text": "ab", "times": 2})
+    assert result.ok, result
+    assert result.data == {"echo": "abab"}
+
+    before = remote.calls("echo")
+    bad = proxy.call("remote.echo", {"text": "ab", "times": "two"})
+    assert bad.error is not None and bad.error.type == ErrorType.INVALID_ARGUMENTS
+    assert "times" in bad.error.message
+    assert remote.calls("echo") == before  # refused before it reached the server
+
+
+def test_503_503_200_ends_ok_through_retries(proxy: ToolClient, remote: Remote) -> None:
+    before = remote.calls("echo")
+    remote.fail(503, 503)
+    result = proxy.call("remote.echo", {"text": "again"})
+    assert result.ok, result
+    assert result.attempts == 3
+    assert remote.calls("echo") == before + 1  # the two 503s never reached the tool
+
+
+def test_429_is_retried_after_its_retry_after(proxy: ToolClient, remote: Remote) -> None:
+    remote.fail(429, retry_after="1")
+    start = time.monotonic()
+    result = proxy.call("remote.echo", {"text": "slowly"})
+    assert result.ok, result
+    assert result.attempts == 2
+    assert time.monotonic() - start >= 1.0
+
+
+def test_is_error_is_a_tool_error_and_not_retried(proxy: ToolClient, remote: Remote) -> None:
+    before = remote.calls("refuse")
+    result = proxy.call("remote.refuse", {"reason": "policy"})
+    assert result.error is not None and result.error.type == ErrorType.TOOL_ERROR
+    assert result.attempts == 1
+    assert remote.calls("refuse") == before + 1
+
+
+def test_a_failing_server_answers_from_the_last_good_result_marked_degraded(
+    proxy: ToolClient, remote: Remote
+) -> None:
+    fresh = proxy.call("remote.echo", {"text": "cached"})
+    assert fresh.ok and not fresh.degraded
+    remote.fail(503, 503, 503)
+    result = proxy.call("remote.echo", {"text": "cached"})
+    assert result.ok, result
+    assert result.degraded and result.source == "cache"
+    assert result.data == {"echo": "cached"}
+    assert result.fallback is not None
+    assert result.fallback.primary_error.type == ErrorType.UNAVAILABLE
+    remote.fail()  # nothing left queued for the next test
+
+
+def test_the_breaker_opens_for_the_whole_server(proxy: ToolClient, remote: Remote) -> None:
+    remote.fail(503, 503)
+    for _ in range(2):
+        failed = proxy.call("shaky.echo", {"text": "x"})
+        assert failed.error is not None and failed.error.type == ErrorType.UNAVAILABLE
+    before = remote.seen()["calls"]
+    refused = proxy.call("shaky.refuse", {"reason": "another tool of the same server"})
+    assert refused.error is not None and refused.error.type == ErrorType.CIRCUIT_OPEN
+    assert refused.attempts == 0
+    assert remote.seen()["calls"] == before
+    assert proxy.call("remote.echo", {"text": "other server"}).ok  # its own breaker
+
+
+def test_the_tool_list_is_refreshed_when_the_server_says_it_changed(
+    proxy: ToolClient, remote: Remote
+) -> None:
+    name = f"late_{uuid.uuid4().hex[:6]}"
+    httpx.post(remote.control, json={"add_tool": name}, timeout=5).raise_for_status()
+    wait_until(lambda: f"remote.{name}" in proxy.catalog(refresh=True), 20, "the new remote tool")
+    result = proxy.call(f"remote.{name}", {})
+    assert result.ok, result
+    assert result.data == name
+
+
+def test_a_remote_write_is_not_run_twice_when_its_worker_is_killed(
+    settings: Settings,
+    proxy_env: dict[str, str],
+    remote: Remote,
+    tmp_path: Path,
+) -> None:
+    """The write reached the server, then its worker died: the taker must not write again."""
+    prefix = f"kill-{uuid.uuid4().hex[:8]}"
+    env = {
+        **proxy_env,
+        "TOOLEXEC_KEY_PREFIX": prefix,
+        "TOOLEXEC_IDEMPOTENCY_LEASE_S": "2",
+        "TOOLEXEC_IDEMPOTENCY_SWEEP_S": "0.25",
+        # a queue of their own, set the way an operator would (TOOLEXEC_MCP_SERVERS)
+        "TOOLEXEC_MCP_SERVERS": json.dumps({"remote": {"queue": "mcp_kill"}}),
+    }
+    doomed = WorkerProcess("mcp_proxy_tools", env, queues="mcp_kill", log_path=tmp_path / "a.log")
+    taker = WorkerProcess("mcp_proxy_tools", env, queues="mcp_kill", log_path=tmp_path / "b.log")
+    own = settings.model_copy(update={"key_prefix": prefix})
+    key = uuid.uuid4().hex
+    try:
+        doomed.start(settings.redis_url or "", prefix)
+        with ToolClient(own) as client:
+            handle = client.submit(
+                "remote.write", {"key": key, "delay": 3.0}, run_id="r-kill", timeout=30
+            )
+            wait_until(lambda: remote.writes(key) == 1, 15, "the write to reach the server")
+            doomed.kill()
+            taker.start(settings.redis_url or "", prefix)
+            result = handle.result()
+        assert result.status == "unknown", result.model_dump_json()
+        assert result.error is not None and result.error.type == ErrorType.WORKER_LOST
+        time.sleep(0.5)  # anything still in flight would show up as a second write
+        assert remote.writes(key) == 1
+    finally:
+        doomed.kill()
+        taker.stop()
