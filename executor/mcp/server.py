@@ -13,10 +13,11 @@ progress while a call waits, cancellation, and the transports.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 import uuid
-import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,6 +49,9 @@ log = logging.getLogger("toolexec.mcp")
 
 Context = Any  # mcp.server.context.ServerRequestContext; generic over the lifespan state
 
+#: Connections remembered for list_changed and their run ids; the oldest are forgotten.
+_MAX_CONNECTIONS = 1024
+
 
 class _FrontServer(Server[Any]):
     """The SDK's low-level server, announcing ``tools.listChanged`` on every transport.
@@ -75,7 +79,9 @@ class McpFront:
     def __init__(self, client: ToolClient, settings: Settings | None = None) -> None:
         self.client = client
         self.settings = settings or client.settings
-        self._runs: weakref.WeakKeyDictionary[ServerSession, str] = weakref.WeakKeyDictionary()
+        self._runs: dict[str, str] = {}
+        self._sessions: OrderedDict[str, ServerSession] = OrderedDict()
+        self._secret = uuid.uuid4().hex
         self._fingerprint: tuple[Any, ...] | None = None
         self.server = _FrontServer(
             "toolexec",
@@ -87,12 +93,32 @@ class McpFront:
 
     # -- sessions ------------------------------------------------------------
 
-    def _run_of(self, session: ServerSession) -> str:
-        """The run id of a session: one agent conversation, guarded as one run."""
-        run = self._runs.get(session)
+    def _run_of(self, ctx: Context) -> str:
+        """The run id of the client connection: one agent conversation, guarded as one run.
+
+        The SDK hands each request a session object of its own, so connections
+        are told apart by their transport: the ``Mcp-Session-Id`` of streamable
+        HTTP, or the single client of a stdio process. The run id is a hash of
+        the session id, which authorises the session and must not reach logs.
+        A stateless HTTP request has no connection, and its call is a run of its own.
+        """
+        request = ctx.request
+        headers = getattr(request, "headers", None)
+        session_id = headers.get("mcp-session-id") if headers is not None else None
+        if request is not None and not session_id:
+            return f"mcp-{uuid.uuid4().hex[:16]}"
+        key = session_id or "stdio"
+        run = self._runs.get(key)
         if run is None:
-            run = f"mcp-{uuid.uuid4().hex[:16]}"
-            self._runs[session] = run
+            digest = hashlib.sha256(f"{self._secret}:{key}".encode()).hexdigest()[:16]
+            run = f"mcp-{digest}"
+        # the latest session object of a connection: its notifications reach the connection
+        self._runs[key] = run
+        self._sessions[key] = ctx.session
+        self._sessions.move_to_end(key)
+        while len(self._sessions) > _MAX_CONNECTIONS:
+            old, _ = self._sessions.popitem(last=False)
+            self._runs.pop(old, None)
         return run
 
     async def watch_catalog(self) -> None:
@@ -116,18 +142,20 @@ class McpFront:
             self._fingerprint = fingerprint
 
     async def _notify_changed(self) -> None:
-        for session in list(self._runs):
+        for key, session in list(self._sessions.items()):
             try:
                 await session.send_tool_list_changed()
-            except Exception as exc:  # a closed session is dropped with its last reference
+            except Exception as exc:  # a closed connection: forget it
                 log.debug("could not notify a session of the changed catalog: %s", exc)
+                self._sessions.pop(key, None)
+                self._runs.pop(key, None)
 
     # -- tools/list ------------------------------------------------------------
 
     async def _list_tools(
         self, ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        self._run_of(ctx.session)
+        self._run_of(ctx)
         catalog = await asyncio.to_thread(self.client.catalog)
         if self._fingerprint is None:
             self._fingerprint = catalog_fingerprint(catalog)
@@ -144,7 +172,7 @@ class McpFront:
         if params.name == READ_PAYLOAD:
             return await self._read_payload(arguments)
         meta: Mapping[str, Any] | None = ctx.meta
-        run_id = run_id_for(meta, self._run_of(ctx.session))
+        run_id = run_id_for(meta, self._run_of(ctx))
         timeout = call_timeout(meta, self.settings.mcp_call_timeout)
         guard = self.client.run_guard(run_id) if self.settings.mcp_guard else None
         return await _Call(self, ctx, params.name, arguments, run_id, timeout, guard).run()
