@@ -272,12 +272,13 @@ class _Call:
             await asyncio.to_thread(client.app.control.revoke, self.call_id)
         except Exception as exc:
             log.warning("could not revoke cancelled call %s: %s", self.call_id, exc)
-        entry = (await asyncio.to_thread(client.catalog)).get(self.tool) or {}
+        entry = (await asyncio.to_thread(client.catalog)).get(self.tool)
+        policy: Mapping[str, Any] = entry["policy"] if entry is not None else {}
         result = cancelled_result(
             tool=self.tool,
             call_id=self.call_id,
             run_id=self.run_id,
-            side_effects=bool((entry.get("policy") or {}).get("side_effects")),
+            side_effects=bool(policy.get("side_effects")),
             elapsed_s=time.monotonic() - self.started,
         )
         log.info(
