@@ -64,7 +64,9 @@ if TYPE_CHECKING:  # fallback builds on the registry
     from toolexec.fallback.steps import FallbackStep
 
 __all__ = [
+    "HttpStatus",
     "RemoteServer",
+    "arguments_model",
     "classify_mcp_error",
     "declared_servers",
     "mcp_server",
@@ -237,7 +239,7 @@ def remote_side_effects(annotations: types.ToolAnnotations | None, override: boo
 
 
 @dataclass
-class _HttpStatus:
+class HttpStatus:
     """The last HTTP response of a call, seen by the transport's response hook.
 
     The SDK reports any error status as a JSON-RPC internal error; the status
@@ -248,13 +250,13 @@ class _HttpStatus:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-_HTTP_STATUS: contextvars.ContextVar[_HttpStatus | None] = contextvars.ContextVar(
+_HTTP_STATUS: contextvars.ContextVar[HttpStatus | None] = contextvars.ContextVar(
     "toolexec_mcp_http_status", default=None
 )
 
 
 def classify_mcp_error(
-    exc: BaseException, http: _HttpStatus, *, listed: bool, url: str, now: float
+    exc: BaseException, http: HttpStatus, *, listed: bool, url: str, now: float
 ) -> ToolException:
     """What a failed remote call means for retries, breakers and the model.
 
@@ -290,7 +292,7 @@ def _connection_error(message: str) -> ToolConnectionError:
 
 
 def _classify_protocol(
-    exc: MCPError, http: _HttpStatus, *, listed: bool, url: str, now: float
+    exc: MCPError, http: HttpStatus, *, listed: bool, url: str, now: float
 ) -> ToolException:
     code = exc.code
     if code == _INVALID_PARAMS:
@@ -483,7 +485,7 @@ class _Hub:
         self, server: RemoteServer, tool: str, arguments: dict[str, Any], timeout: float
     ) -> Any:
         session = self.session(server)
-        http = _HttpStatus()
+        http = HttpStatus()
         _HTTP_STATUS.set(http)
         try:
             client = await session.client_now()
@@ -495,7 +497,7 @@ class _Hub:
         return _answer(result)
 
     async def _classified(
-        self, session: _Session, tool: str, exc: Exception, http: _HttpStatus
+        self, session: _Session, tool: str, exc: Exception, http: HttpStatus
     ) -> ToolException:
         failure = classify_mcp_error(
             exc, http, listed=True, url=session.server.url or "stdio", now=time.time()
@@ -526,7 +528,7 @@ def _value_checker(schema: Mapping[str, Any]) -> Callable[[Any], Any]:
     return check
 
 
-def _arguments_model(
+def arguments_model(
     qualified: str, schema: Mapping[str, Any]
 ) -> tuple[type[pydantic.BaseModel], dict[str, str]]:
     """A pydantic model that checks arguments against a remote tool's JSON Schema.
@@ -581,7 +583,7 @@ def _body(server: RemoteServer, remote: str, names: Mapping[str, str]) -> Callab
 def _spec(server: RemoteServer, tool: types.Tool) -> ToolSpec:
     qualified = server.tool_name(tool.name)
     writes = remote_side_effects(tool.annotations, server.side_effects.get(tool.name))
-    model, names = _arguments_model(qualified, tool.input_schema)
+    model, names = arguments_model(qualified, tool.input_schema)
     return ToolSpec(
         name=qualified,
         description=tool.description or tool.title or qualified,
