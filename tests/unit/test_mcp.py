@@ -24,9 +24,9 @@ from toolexec.mcp.mapping import (
     to_tool,
 )
 from toolexec.mcp.remote import (
+    HttpStatus,
     RemoteServer,
     arguments_model,
-    HttpStatus,
     classify_mcp_error,
     remote_side_effects,
 )
