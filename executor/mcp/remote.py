@@ -312,6 +312,9 @@ def _classify_protocol(
         return ToolTimeoutError(f"the MCP request timed out: {exc.message}")
     if code == _CONNECTION_CLOSED:
         return _connection_error(exc.message)
+    if http.status == 404:
+        # streamable HTTP's answer to a session id the server no longer knows (it restarted)
+        return _connection_error(f"the MCP session is gone ({exc.message}); opening a new one")
     if http.status is not None and http.status >= 400:
         found = classify_response(http.status, http.headers, exc.message, url, now)
         if found is not None:
@@ -508,8 +511,8 @@ class _Hub:
                 failure = classify_mcp_error(
                     exc, http, listed=listed, url=session.server.url or "stdio", now=time.time()
                 )
-        elif failure.retryable and http.status is None:
-            session.close()  # a broken session (not an HTTP error status) is opened anew
+        elif isinstance(failure, ToolConnectionError | ToolTimeoutError):
+            session.close()  # a broken session is opened anew by the next attempt
         return failure
 
 

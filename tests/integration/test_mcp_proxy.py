@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +64,9 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-@pytest.fixture(scope="module")
-def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remote]:
-    port = free_port()
-    log = tmp_path_factory.mktemp("mcp-remote") / "remote.log"
-    with log.open("wb") as out:
+@contextmanager
+def remote_process(port: int, log: Path) -> Iterator[Remote]:
+    with log.open("ab") as out:
         proc = subprocess.Popen(
             [sys.executable, str(HERE / "mcp_remote_server.py"), str(port)],
             stdout=out,
@@ -80,6 +79,13 @@ def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remote]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remote]:
+    log = tmp_path_factory.mktemp("mcp-remote") / "remote.log"
+    with remote_process(free_port(), log) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -228,3 +234,53 @@ def test_a_remote_write_is_not_run_twice_when_its_worker_is_killed(
     finally:
         doomed.kill()
         taker.stop()
+
+
+def test_a_server_given_on_the_command_line_over_stdio(
+    settings: Settings, worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    """``--mcp-server NAME=stdio:COMMAND``: the worker starts the server as its child."""
+    command = f"{sys.executable} {HERE / 'mcp_remote_server.py'} --stdio"
+    env = {**worker_env, "TOOLEXEC_MCP_SERVERS": json.dumps({"local": {"queue": "mcp_stdio"}})}
+    proc = WorkerProcess("tooldefs", env, queues="mcp_stdio", log_path=tmp_path / "w.log")
+    proc.args += ["--mcp-server", f"local=stdio:{command}"]
+    try:
+        proc.start(settings.redis_url or "", settings.key_prefix)
+        with ToolClient(settings) as client:
+            entry = client.catalog(refresh=True)["local.echo"]
+            assert entry["policy"]["queue"] == "mcp_stdio"
+            ok = client.call("local.echo", {"text": "over stdio"})
+            assert ok.ok and ok.data == {"echo": "over stdio"}, ok
+            refused = client.call("local.refuse", {"reason": "x"})
+            assert refused.error is not None and refused.error.type == ErrorType.TOOL_ERROR
+    finally:
+        proc.stop()
+
+
+def test_the_session_is_opened_again_after_the_server_restarts(
+    settings: Settings, worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A restarted server no longer knows the worker's session: the retry opens a new one."""
+    port = free_port()
+    log = tmp_path / "remote.log"
+    url = f"http://127.0.0.1:{port}/mcp"
+    env = {
+        **worker_env,
+        "TOOLEXEC_MCP_SERVERS": json.dumps(
+            {"again": {"queue": "mcp_again", "max_attempts": 4, "backoff_base": 0.2}}
+        ),
+    }
+    proc = WorkerProcess("tooldefs", env, queues="mcp_again", log_path=tmp_path / "w.log")
+    proc.args += ["--mcp-server", f"again={url}"]
+    try:
+        with remote_process(port, log):
+            proc.start(settings.redis_url or "", settings.key_prefix)
+            with ToolClient(settings) as client:
+                assert client.call("again.echo", {"text": "first"}).ok
+        with remote_process(port, log) as restarted, ToolClient(settings) as client:
+            result = client.call("again.echo", {"text": "second"})
+            assert result.ok, result.model_dump_json()
+            assert result.attempts >= 2  # the first met the dead session
+            assert restarted.calls("echo") == 1
+    finally:
+        proc.stop()

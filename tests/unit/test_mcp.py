@@ -205,6 +205,7 @@ def _classify(exc: BaseException, status: int | None = None, *, listed: bool = T
         (MCPError(-32603, "Server returned an error response"), 429, True, "rate_limited"),
         (MCPError(-32603, "Server returned an error response"), 401, True, "unauthorized"),
         (MCPError(-32603, "internal"), None, True, "unavailable"),
+        (MCPError(-32600, "Session terminated"), 404, True, "connection_error"),
         (MCPError(-32602, "bad params"), None, True, "invalid_arguments"),
         (MCPError(-32602, "Unknown tool: x"), None, False, "unknown_tool"),
         (MCPError(-32601, "no tools"), None, True, "client_error"),
