@@ -26,7 +26,7 @@ from toolexec.batch import Batch, OnError
 from toolexec.clock import Clock, SystemClock
 from toolexec.keys import STATS_TTL_S, Keys, bucket_of
 
-__all__ = ["CallStats", "ToolStats"]
+__all__ = ["CallStats", "ToolStats", "running_attempt"]
 
 _SEP = "|"
 
@@ -226,6 +226,18 @@ class CallStats:
             for member in members:
                 counts[_text(member).split(_SEP, 1)[0], "in_flight"] += 1
         return _assemble(counts)
+
+
+def running_attempt(client: redis.Redis, keys: Keys, call_id: str) -> int | None:
+    """The attempt of call ``call_id`` running now, or None (queued, or waiting out a backoff).
+
+    For progress reports (``toolexec mcp``): one scan of the running attempts,
+    which stay few (at most the fleet's slots) and are listed only while stats are on.
+    """
+    pattern = f"*{_SEP}{call_id}{_SEP}*"
+    for member, _ in client.zscan_iter(keys.in_flight(), match=pattern, count=1000):
+        return int(_text(member).rsplit(_SEP, 1)[1])
+    return None
 
 
 def _text(value: str | bytes) -> str:

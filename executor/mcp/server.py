@@ -13,6 +13,7 @@ progress while a call waits, cancellation, and the transports.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -23,12 +24,13 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+import redis
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 
 from toolexec.client import ToolClient
-from toolexec.errors import PayloadUnavailableError, UsageError
+from toolexec.errors import InfrastructureError, PayloadUnavailableError, UsageError
 from toolexec.guard import RunGuard
 from toolexec.mcp.mapping import (
     READ_PAYLOAD,
@@ -42,6 +44,7 @@ from toolexec.mcp.mapping import (
 )
 from toolexec.results import ToolResult
 from toolexec.settings import Settings
+from toolexec.stats import running_attempt
 
 __all__ = ["McpFront"]
 
@@ -233,6 +236,12 @@ class _Call:
             with anyio.CancelScope(shield=True):
                 await self._cancelled(plan)
             raise
+        except InfrastructureError as exc:
+            # nothing ran: the round must not count against the model (as run_tool_calls does)
+            if self.guard is not None and plan is not None:
+                with contextlib.suppress(InfrastructureError):
+                    await asyncio.to_thread(self.guard.abandon_round, plan)
+            return _error_text(f"toolexec could not run the call: {exc}")
         return await self._finish(plan, result)
 
     async def _wait(self) -> ToolResult:
@@ -249,18 +258,28 @@ class _Call:
         return result
 
     async def _report_progress(self) -> None:
-        """Heartbeats while the call is in flight (attempts, backoff, a fallback).
+        """While the call is in flight: which attempt runs, or that it waits for the next one.
 
-        A no-op unless the client sent a progress token.
+        Only when the client sent a progress token. The attempt comes from the
+        workers' list of running attempts (``toolexec.stats``), so the message can
+        tell a running attempt from a backoff between two.
         """
+        if not _progress_token(self.ctx.meta):
+            return
+        client = self.front.client
         every = self.front.settings.mcp_progress_s
+        seen = 0
         while True:
             await anyio.sleep(every)
             elapsed = time.monotonic() - self.started
-            message = (
-                f"{self.tool}: in flight for {elapsed:.0f} s of {self.timeout:.0f} s "
-                "(running, retrying after a transient failure, or waiting out a backoff)"
-            )
+            try:
+                running = await asyncio.to_thread(
+                    running_attempt, client.redis, client.keys, self.call_id
+                )
+            except redis.RedisError:
+                running = None
+            seen = max(seen, running or 0)
+            message = _progress_message(self.tool, running, seen, elapsed, self.timeout)
             await self.ctx.session.report_progress(
                 min(elapsed, self.timeout), self.timeout, message
             )
@@ -293,6 +312,21 @@ class _Call:
             return to_call_result(result)
         outcome = (await asyncio.to_thread(self.guard.end_round, plan, [result]))[0]
         return to_call_result(outcome.result, outcome.content())
+
+
+def _progress_token(meta: Mapping[str, Any] | None) -> bool:
+    return bool(meta) and any(k in meta for k in ("progress_token", "progressToken"))  # type: ignore[operator]
+
+
+def _progress_message(
+    tool: str, running: int | None, seen: int, elapsed: float, timeout: float
+) -> str:
+    when = f"{elapsed:.0f} s of {timeout:.0f} s"
+    if running is not None:
+        return f"{tool}: attempt {running} running ({when})"
+    if seen:
+        return f"{tool}: attempt {seen} failed, waiting to try again ({when})"
+    return f"{tool}: queued, waiting for a worker ({when})"
 
 
 def _json(body: Any) -> str:
