@@ -53,6 +53,8 @@ class CatalogEntry(TypedDict):
     description: str
     parameters: dict[str, Any]
     policy: CatalogPolicy
+    #: JSON Schema of the tool's return value, when its annotation says (toolexec.mcp).
+    returns: NotRequired[dict[str, Any]]
 
 
 Catalog = dict[str, CatalogEntry]

@@ -48,6 +48,8 @@ class ToolSpec:
     #: Whether the effect of a side-effecting call is already there; same
     #: arguments as ``func``. Asked before an uncertain write is repeated.
     check: Callable[..., Any] | None = None
+    #: JSON Schema of what the tool returns; None: read from ``func``'s return annotation.
+    returns: dict[str, Any] | None = None
 
     @property
     def is_async(self) -> bool:
@@ -66,13 +68,32 @@ class ToolSpec:
         """What workers publish so that clients can validate and route calls."""
         policy = self.policy.to_json()
         policy["queue"] = self.policy.queue or default_queue
-        return {
+        entry = {
             "name": self.name,
             "task": self.task_name,
             "description": self.description,
             "parameters": self.json_schema(),
             "policy": policy,
         }
+        returns = self.returns if self.returns is not None else _returns_schema(self.func)
+        if returns is not None:  # MCP clients are told the shape (toolexec.mcp)
+            entry["returns"] = returns
+        return entry
+
+
+def _returns_schema(func: Callable[..., Any]) -> dict[str, Any] | None:
+    """The JSON Schema of a tool's return annotation; None when absent or not JSON.
+
+    A tool returning an ``httpx.Response`` (the executor classifies it) or ``Any``
+    has no schema worth publishing.
+    """
+    try:
+        hint = get_type_hints(func).get("return", Any)
+        if hint is Any:
+            return None
+        return pydantic.TypeAdapter(hint).json_schema()
+    except (NameError, TypeError, pydantic.PydanticUserError):
+        return None
 
 
 def _argument_model(name: str, func: Callable[..., Any]) -> type[pydantic.BaseModel]:

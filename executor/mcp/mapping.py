@@ -10,6 +10,7 @@ free of sessions and Redis lets the unit tests pin every rule down.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from functools import cache
@@ -28,6 +29,7 @@ __all__ = [
     "call_timeout",
     "cancelled_result",
     "catalog_fingerprint",
+    "output_schema",
     "read_payload_tool",
     "run_id_for",
     "to_call_result",
@@ -61,9 +63,41 @@ def annotations_for(policy: Mapping[str, Any]) -> types.ToolAnnotations:
 
 
 @cache
-def _result_schema() -> dict[str, Any]:
-    """structuredContent is the whole ToolResult; its schema is the same for every tool."""
-    return ToolResult.model_json_schema()
+def _envelope_schema() -> str:
+    """structuredContent is the whole ToolResult; its schema, as JSON text to copy from."""
+    return json.dumps(ToolResult.model_json_schema())
+
+
+_RETURNS_DEFS = "returns."
+
+
+def output_schema(returns: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ToolResult schema, with ``data`` held to the tool's return type where it must be.
+
+    ``data`` is the tool's own value only for a plain success: an error has none,
+    an offloaded result carries a preview, and a degraded one may come from
+    another tool. So the return type applies under ``if`` status is ok, not
+    degraded and not offloaded. The return type's ``$defs`` move into the
+    envelope's under a prefix, so a tool returning its own ``ErrorInfo`` cannot
+    collide with toolexec's.
+    """
+    schema: dict[str, Any] = json.loads(_envelope_schema())
+    if not returns:
+        return schema
+    text = json.dumps(dict(returns)).replace('"#/$defs/', f'"#/$defs/{_RETURNS_DEFS}')
+    data: dict[str, Any] = json.loads(text)
+    for name, definition in (data.pop("$defs", None) or {}).items():
+        schema.setdefault("$defs", {})[f"{_RETURNS_DEFS}{name}"] = definition
+    plain_success = {
+        "properties": {
+            "status": {"const": "ok"},
+            "degraded": {"const": False},
+            "payload": {"type": "null"},
+        },
+        "required": ["status", "degraded", "payload"],
+    }
+    schema["allOf"] = [{"if": plain_success, "then": {"properties": {"data": data}}}]
+    return schema
 
 
 def to_tool(name: str, entry: Mapping[str, Any]) -> types.Tool:
@@ -73,7 +107,7 @@ def to_tool(name: str, entry: Mapping[str, Any]) -> types.Tool:
         name=name,
         description=entry.get("description") or name,
         input_schema=dict(entry["parameters"]),
-        output_schema=_result_schema(),
+        output_schema=output_schema(entry.get("returns")),
         annotations=annotations_for(policy),
     )
 

@@ -593,6 +593,7 @@ def _spec(server: RemoteServer, tool: types.Tool) -> ToolSpec:
         func=_body(server, tool.name, names),
         arguments=model,
         policy=server.policy(writes),
+        returns=dict(tool.output_schema) if tool.output_schema else None,
     )
 
 

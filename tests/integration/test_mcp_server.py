@@ -84,6 +84,13 @@ def test_tools_list_comes_from_the_catalog(server: Any) -> None:
     assert fetch.description and "GET a URL" in fetch.description
     assert fetch.annotations is not None and fetch.annotations.read_only_hint is True
     assert fetch.output_schema is not None and "status" in fetch.output_schema["properties"]
+    assert "allOf" not in fetch.output_schema  # returns an httpx.Response: no data schema
+    post_note = listed["post_note"].output_schema  # -> dict[str, str]
+    assert post_note is not None
+    assert post_note["allOf"][0]["then"]["properties"]["data"] == {
+        "additionalProperties": {"type": "string"},
+        "type": "object",
+    }
     writer = listed["post_note"].annotations
     assert writer is not None
     assert (writer.read_only_hint, writer.destructive_hint, writer.idempotent_hint) == (

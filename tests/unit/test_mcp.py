@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import httpx2
+import jsonschema
 import mcp_types as types
 import pydantic
 import pytest
@@ -19,6 +20,7 @@ from toolexec.mcp.mapping import (
     call_timeout,
     cancelled_result,
     catalog_fingerprint,
+    output_schema,
     run_id_for,
     to_call_result,
     to_tool,
@@ -63,6 +65,33 @@ def test_a_catalog_entry_becomes_a_tool_with_its_schema() -> None:
     assert tool.input_schema == ENTRY["parameters"]
     assert tool.description == "The weather of a city."
     assert tool.output_schema is not None and "error" in tool.output_schema["properties"]
+
+
+class Forecast(pydantic.BaseModel):
+    city: str
+    error: ErrorInfo | None = None  # a model of the tool's own named like toolexec's
+
+
+def test_the_output_schema_holds_data_to_the_return_type_only_for_a_plain_success() -> None:
+    returns = pydantic.TypeAdapter(list[Forecast]).json_schema()
+    schema = output_schema(returns)
+    validator = jsonschema.Draft202012Validator(schema)
+    good = _result(status="ok", data=[{"city": "Paris"}]).model_dump(mode="json")
+    bad = _result(status="ok", data=[{"town": "Paris"}]).model_dump(mode="json")
+    assert validator.is_valid(good)
+    assert not validator.is_valid(bad)
+    info = ErrorInfo(type=ErrorType.TIMEOUT, message="slow")
+    failed = _result(status="error", error=info).model_dump(mode="json")
+    degraded = _result(
+        status="ok",
+        data="from another tool",
+        degraded=True,
+        source="other",
+        fallback=FallbackInfo(primary_error=info),
+    ).model_dump(mode="json")
+    assert validator.is_valid(failed) and validator.is_valid(degraded)
+    assert "returns.Forecast" in schema["$defs"] and "ErrorInfo" in schema["$defs"]
+    assert output_schema(None) == ToolResult.model_json_schema()
 
 
 def test_the_fingerprint_ignores_order_and_sees_a_new_tool_or_policy() -> None:
