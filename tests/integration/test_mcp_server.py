@@ -378,3 +378,28 @@ def test_the_mcp_inspector_lists_and_calls_tools(http_url: str, flaky: FlakyServ
     assert result.get("isError") is not True
     assert json.loads(result["content"][0]["text"])["data"] == {"via": "inspector"}
     assert len(flaky.hits(path)) == 2
+
+
+def test_a_cancelled_write_ends_unknown(
+    front_env: dict[str, str], flaky: FlakyServer, tmp_path: Path
+) -> None:
+    """Cancelled while its write is in flight: the outcome recorded is ``unknown``, as at a
+    deadline, and the write is not made again."""
+    path = flaky.unique_path("mcp-cancel-write")
+    url = flaky.script(path, Reply(200, {"ok": True}, delay=2.0))
+    log = tmp_path / "mcp.log"
+
+    async def body(client: Client) -> None:
+        with pytest.raises(MCPError):
+            await client.call_tool(
+                "post_note", {"url": url, "note": "hello"}, read_timeout_seconds=0.7
+            )
+
+    with mcp_http_process(front_env, log) as front:
+        with_client(front, body)
+        end = time.monotonic() + 10
+        while "cancelled by the MCP client" not in log.read_text() and time.monotonic() < end:
+            time.sleep(0.05)
+    assert "cancelled by the MCP client: unknown" in log.read_text()
+    time.sleep(2.5)  # the attempt in flight completes; nothing runs after it
+    assert len(flaky.hits(path)) == 1
