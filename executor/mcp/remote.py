@@ -661,18 +661,20 @@ def register_servers(
     servers: Sequence[RemoteServer],
     overrides: Mapping[str, Mapping[str, Any]] | None = None,
     registry: Registry | None = None,
-) -> dict[str, list[str]]:
+) -> dict[str, str | None]:
     """List each server's tools and register them; called by the worker before it consumes.
 
     A server that cannot be listed now is not fatal: the worker starts with the
-    others, and keeps trying that one in the background.
+    others, and keeps trying that one in the background. Returns each server's
+    queue (None: the default queue), which the worker consumes either way.
     """
     from celery import signals
 
     signals.worker_ready.connect(_on_worker_ready, weak=False)
-    registered: dict[str, list[str]] = {}
+    queues: dict[str, str | None] = {}
     for declared in servers:
         server = declared.configured((overrides or {}).get(declared.name, {}))
+        queues[server.name] = server.queue
         try:
             tools = _list(server)
         except Exception as exc:
@@ -685,10 +687,9 @@ def register_servers(
             threading.Thread(
                 target=_keep_trying, args=(server,), name="toolexec-mcp-list", daemon=True
             ).start()
-            registered[server.name] = []
             continue
-        registered[server.name] = _register_tools(server, tools, registry or default_registry)
-    return registered
+        _register_tools(server, tools, registry or default_registry)
+    return queues
 
 
 def _keep_trying(server: RemoteServer, every: float = 5.0) -> None:

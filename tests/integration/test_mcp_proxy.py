@@ -284,3 +284,24 @@ def test_the_session_is_opened_again_after_the_server_restarts(
             assert restarted.calls("echo") == 1
     finally:
         proc.stop()
+
+
+def test_a_server_down_when_the_worker_starts_is_registered_once_it_is_up(
+    settings: Settings, worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    port = free_port()
+    env = {**worker_env, "TOOLEXEC_MCP_SERVERS": json.dumps({"later": {"queue": "mcp_later"}})}
+    proc = WorkerProcess("tooldefs", env, log_path=tmp_path / "w.log")
+    proc.args += ["--mcp-server", f"later=http://127.0.0.1:{port}/mcp"]  # -Q: every queue
+    try:
+        proc.start(settings.redis_url or "", settings.key_prefix)
+        with ToolClient(settings) as client:
+            assert "later.echo" not in client.catalog(refresh=True)
+            with remote_process(port, tmp_path / "remote.log"):
+                wait_until(
+                    lambda: "later.echo" in client.catalog(refresh=True), 20, "the late tools"
+                )
+                result = client.call("later.echo", {"text": "finally"})
+                assert result.ok, result.model_dump_json()
+    finally:
+        proc.stop()
