@@ -25,11 +25,15 @@ from typing import Any
 import anyio
 import mcp_types as types
 import redis
+import redis.asyncio
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 
 from toolexec.client import ToolClient
+from toolexec.client.prepare import PreparedCall
+from toolexec.client.publish import publish
+from toolexec.connection import async_redis_client, unavailable
 from toolexec.errors import InfrastructureError, PayloadUnavailableError, UsageError
 from toolexec.guard import RunGuard
 from toolexec.mcp.mapping import (
@@ -42,6 +46,7 @@ from toolexec.mcp.mapping import (
     to_call_result,
     to_tool,
 )
+from toolexec.replies import ReplyBox
 from toolexec.results import ToolResult
 from toolexec.settings import Settings
 from toolexec.stats import running_attempt
@@ -86,6 +91,7 @@ class McpFront:
         self._sessions: OrderedDict[str, ServerSession] = OrderedDict()
         self._secret = uuid.uuid4().hex
         self._fingerprint: tuple[Any, ...] | None = None
+        self._replies: redis.asyncio.Redis | None = None
         self.server = _FrontServer(
             "toolexec",
             version="0.1.0",
@@ -152,6 +158,30 @@ class McpFront:
                 log.debug("could not notify a session of the changed catalog: %s", exc)
                 self._sessions.pop(key, None)
                 self._runs.pop(key, None)
+
+    # -- waiting for results ---------------------------------------------------
+
+    async def reply_to(self, prepared: PreparedCall) -> ToolResult:
+        """The call's result from its reply list, or the deadline's answer when none came.
+
+        One asyncio Redis client serves every call of this front (a blocking pop
+        takes a connection of its pool for the wait); a client per call would
+        open a connection per call.
+        """
+        client = self.client
+        if self._replies is None:
+            self._replies = async_redis_client(client.waiter.url)
+        box = ReplyBox(client.keys, prepared.ctx.reply_to, [prepared.ctx.call_id])
+        wait = prepared.ctx.deadline + self.settings.reply_grace - client.clock.now()
+        try:
+            await box.acollect(self._replies, max(0.0, wait))
+        except redis.RedisError as exc:
+            raise unavailable(client.waiter.url, exc) from exc
+        found = box.results.get(prepared.ctx.call_id)
+        if found is not None:
+            return found
+        # nothing by the deadline: the client's own answer says whether workers are alive
+        return (await asyncio.to_thread(client.waiter.collect, [prepared], 0.0))[0]
 
     # -- tools/list ------------------------------------------------------------
 
@@ -245,17 +275,23 @@ class _Call:
         return await self._finish(plan, result)
 
     async def _wait(self) -> ToolResult:
+        prepared = await asyncio.to_thread(self._submit)
+        if prepared.early is not None:  # refused before the queue: invalid, unknown, breaker
+            return prepared.early
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(self._report_progress)
-            result = await self.front.client.acall(
-                self.tool,
-                self.arguments,
-                run_id=self.run_id,
-                timeout=self.timeout,
-                call_id=self.call_id,
-            )
+            result = await self.front.reply_to(prepared)
             tasks.cancel_scope.cancel()
         return result
+
+    def _submit(self) -> PreparedCall:
+        """Check and send the call, in one trip to a thread (both talk to Redis)."""
+        client = self.front.client
+        prepared = client.preparer.prepare(
+            self.tool, self.arguments, self.run_id, self.timeout, self.call_id, None
+        )
+        publish(client.app, [prepared])
+        return prepared
 
     async def _report_progress(self) -> None:
         """While the call is in flight: which attempt runs, or that it waits for the next one.
