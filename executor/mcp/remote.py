@@ -361,17 +361,13 @@ class _Session:
         self._stop: anyio.Event | None = None
         self._lock: asyncio.Lock | None = None
 
-    def _target(self) -> Any:
+    def _target(self, http: httpx2.AsyncClient | None) -> Any:
         if self.server.url is not None:
-            http = httpx2.AsyncClient(
-                timeout=httpx2.Timeout(30.0, read=300.0),
-                event_hooks={"response": [_note_status]},
-            )
             return streamable_http_client(self.server.url, http_client=http)
         command = self.server.command
-        return StdioServerParameters(
-            command=command[0], args=list(command[1:]), env=dict(os.environ)
-        )
+        # env=None: the SDK's short list of safe variables (PATH, HOME, ...), so the
+        # worker's settings and secrets stay out of a third-party server's process
+        return StdioServerParameters(command=command[0], args=list(command[1:]), env=None)
 
     async def _messages(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -396,15 +392,29 @@ class _Session:
             raise failure
 
     async def _hold(self, ready: asyncio.Future[BaseException | None], stop: anyio.Event) -> None:
+        held: Client | None = None
+        http = (
+            httpx2.AsyncClient(
+                timeout=httpx2.Timeout(30.0, read=300.0),
+                event_hooks={"response": [_note_status]},
+            )
+            if self.server.url is not None
+            else None
+        )
         try:
-            async with Client(
-                self._target(),
-                read_timeout_seconds=self.server.timeout,
-                message_handler=self._messages,
-                cache=None,
-                mode="legacy",
-            ) as client:
-                self.client = client
+            async with contextlib.AsyncExitStack() as stack:
+                if http is not None:
+                    await stack.enter_async_context(http)
+                held = await stack.enter_async_context(
+                    Client(
+                        self._target(http),
+                        read_timeout_seconds=self.server.timeout,
+                        message_handler=self._messages,
+                        cache=None,
+                        mode="legacy",
+                    )
+                )
+                self.client = held
                 ready.set_result(None)
                 await stop.wait()
         except BaseException as exc:
@@ -412,7 +422,8 @@ class _Session:
                 ready.set_result(exc if isinstance(exc, Exception) else ConnectionError(str(exc)))
             log.info("MCP session to %s ended: %s", self.server.name, exc)
         finally:
-            self.client = None
+            if self.client is held:  # a newer session may have replaced this one already
+                self.client = None
 
     def close(self) -> None:
         """Drop the session; the next call opens a new one."""
