@@ -235,7 +235,8 @@ def running_attempt(client: redis.Redis, keys: Keys, call_id: str) -> int | None
     which stay few (at most the fleet's slots) and are listed only while stats are on.
     """
     pattern = f"*{_SEP}{call_id}{_SEP}*"
-    for member, _ in client.zscan_iter(keys.in_flight(), match=pattern, count=1000):
+    key = keys.in_flight(bucket_of(call_id, keys.buckets))  # the call's own shard
+    for member, _ in client.zscan_iter(key, match=pattern, count=1000):
         return int(_text(member).rsplit(_SEP, 1)[1])
     return None
 

@@ -7,7 +7,7 @@ import redis
 
 from toolexec.clock import ManualClock
 from toolexec.keys import STATS_TTL_S, Keys, bucket_of
-from toolexec.stats import CallStats
+from toolexec.stats import CallStats, running_attempt
 
 START = 1_700_000_040.0  # on a minute boundary
 
@@ -114,3 +114,20 @@ def test_a_withdrawn_attempt_stops_running_and_counts_as_nothing(stats: CallStat
     stats.withdrawn("fetch", "c1", 1)
 
     assert "fetch" not in stats.window(1)
+
+
+def test_the_running_attempt_of_a_call_is_found_until_it_ends(
+    stats: CallStats, rdb: redis.Redis, keys: Keys
+) -> None:
+    """What ``toolexec mcp`` reports as progress: attempt 2 runs, then nothing runs."""
+    assert running_attempt(rdb, keys, "call-a") is None
+    stats.started("fetch", "call-a", 1, lease_until=1e12)
+    stats.started("fetch", "call-b", 1, lease_until=1e12)
+    assert running_attempt(rdb, keys, "call-a") == 1
+    stats.retrying("fetch", "call-a", 1, "unavailable")
+    assert running_attempt(rdb, keys, "call-a") is None  # in backoff
+    stats.started("fetch", "call-a", 2, lease_until=1e12)
+    assert running_attempt(rdb, keys, "call-a") == 2
+    stats.finished("fetch", "call-a", 2, None)
+    assert running_attempt(rdb, keys, "call-a") is None
+    assert running_attempt(rdb, keys, "call-b") == 1
