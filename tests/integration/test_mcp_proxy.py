@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import mcp_types as types
 import pytest
-from mcp_support import free_port, wait_for_port
+from mcp import Client
+from mcp_support import free_port, mcp_http_process, wait_for_port, with_client
 
 from toolexec.client import ToolClient
 from toolexec.errors import ErrorType
@@ -305,3 +307,23 @@ def test_a_server_down_when_the_worker_starts_is_registered_once_it_is_up(
                 assert result.ok, result.model_dump_json()
     finally:
         proc.stop()
+
+
+def test_an_mcp_client_reaches_a_remote_tool_through_toolexec(
+    proxy: ToolClient, proxy_env: dict[str, str], remote: Remote, tmp_path: Path
+) -> None:
+    """Both directions at once: MCP client -> toolexec mcp -> worker -> remote MCP server."""
+
+    async def body(client: Client) -> tuple[types.ListToolsResult, types.CallToolResult]:
+        return await client.list_tools(), await client.call_tool("remote.echo", {"text": "gw"})
+
+    remote.fail(503)
+    with mcp_http_process(proxy_env, tmp_path / "front.log") as url:
+        listed, result = with_client(url, body)
+    echo = {tool.name: tool for tool in listed.tools}["remote.echo"]
+    assert echo.annotations is not None and echo.annotations.read_only_hint is True
+    assert echo.output_schema is not None and "allOf" in echo.output_schema  # remote's own
+    assert result.is_error is False
+    assert result.structured_content is not None
+    assert result.structured_content["data"] == {"echo": "gw"}
+    assert result.structured_content["attempts"] == 2  # the 503 was retried by toolexec
