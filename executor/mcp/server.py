@@ -35,7 +35,7 @@ from toolexec.client.prepare import PreparedCall
 from toolexec.client.publish import publish
 from toolexec.connection import async_redis_client, unavailable
 from toolexec.errors import InfrastructureError, PayloadUnavailableError, UsageError
-from toolexec.guard import RunGuard
+from toolexec.guard import RoundPlan, RunGuard
 from toolexec.mcp.mapping import (
     READ_PAYLOAD,
     call_timeout,
@@ -249,13 +249,9 @@ class _Call:
         self.started = time.monotonic()
 
     async def run(self) -> types.CallToolResult:
-        client = self.front.client
         plan = None
         if self.guard is not None:
-            names = sorted(await asyncio.to_thread(client.catalog))
-            plan = await asyncio.to_thread(
-                self.guard.begin_round, [(self.tool, self.arguments)], alternatives=names
-            )
+            plan = await asyncio.to_thread(self._begin, self.guard)
             if 0 not in plan.to_run:
                 return await self._finish(plan, None)
             if plan.timeout is not None:
@@ -273,6 +269,11 @@ class _Call:
                     await asyncio.to_thread(self.guard.abandon_round, plan)
             return _error_text(f"toolexec could not run the call: {exc}")
         return await self._finish(plan, result)
+
+    def _begin(self, guard: RunGuard) -> RoundPlan:
+        """The guard's ruling on this call, as a round of one (the catalog names alternatives)."""
+        names = sorted(self.front.client.catalog())
+        return guard.begin_round([(self.tool, self.arguments)], alternatives=names)
 
     async def _wait(self) -> ToolResult:
         prepared = await asyncio.to_thread(self._submit)
@@ -320,7 +321,7 @@ class _Call:
                 min(elapsed, self.timeout), self.timeout, message
             )
 
-    async def _cancelled(self, plan: Any) -> None:
+    async def _cancelled(self, plan: RoundPlan | None) -> None:
         """The client cancelled: no further attempt starts, and the outcome is recorded."""
         client = self.front.client
         try:
@@ -342,7 +343,9 @@ class _Call:
         if self.guard is not None and plan is not None:
             await asyncio.to_thread(self.guard.end_round, plan, [result])
 
-    async def _finish(self, plan: Any, result: ToolResult | None) -> types.CallToolResult:
+    async def _finish(
+        self, plan: RoundPlan | None, result: ToolResult | None
+    ) -> types.CallToolResult:
         if self.guard is None or plan is None:
             assert result is not None
             return to_call_result(result)
@@ -362,7 +365,7 @@ def _progress_message(
         return f"{tool}: attempt {running} running ({when})"
     if seen:
         return f"{tool}: attempt {seen} failed, waiting to try again ({when})"
-    return f"{tool}: queued, waiting for a worker ({when})"
+    return f"{tool}: not running yet: queued, or between attempts ({when})"
 
 
 def _json(body: Any) -> str:

@@ -183,8 +183,10 @@ def test_an_offloaded_result_says_so_and_read_payload_pages_through_it(http_url:
 def test_progress_is_reported_while_a_call_waits_on_retries(
     http_url: str, flaky: FlakyServer
 ) -> None:
+    """Three slow 503s, then 200: the ticks (every 0.2 s) see attempts run and wait between."""
     path = flaky.unique_path("mcp-progress")
-    url = flaky.script(path, Reply(503), Reply(503), Reply(503), Reply(200, {"done": True}))
+    slow_503 = Reply(503, delay=0.4)
+    url = flaky.script(path, slow_503, slow_503, slow_503, Reply(200, {"done": True}))
     seen: list[tuple[float, float | None, str | None]] = []
 
     async def progress(done: float, total: float | None, message: str | None) -> None:
@@ -195,11 +197,11 @@ def test_progress_is_reported_while_a_call_waits_on_retries(
 
     result = with_client(http_url, body)
     assert result.is_error is False
-    assert seen, "no progress notification arrived during ~0.6 s of backoff"
+    assert seen, "no progress notification arrived during ~2 s of attempts and backoff"
     assert all(total is not None and 0 < done <= total for done, total, _ in seen)
     messages = [message or "" for _, _, message in seen]
     assert all(m.startswith("fetch_patiently: ") for m in messages)
-    # the ticks fall mostly into the backoffs between the three failed attempts
+    assert any(" running (" in m for m in messages), messages
     assert any("failed, waiting to try again" in m for m in messages), messages
 
 
