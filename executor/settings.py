@@ -224,7 +224,8 @@ class Settings(BaseSettings):
     mcp_servers: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description='Policies of remote MCP servers a worker proxies, as JSON: {"name": '
-        '{"timeout": 10, "max_attempts": 3, "queue": "mcp", "side_effects": {"tool": true}}}.',
+        '{"timeout": 10, "max_attempts": 3, "queue": "mcp", "side_effects": {"tool": true}, '
+        '"headers": {"Authorization": "Bearer ..."}}}.',
     )
 
     @field_validator("tools", "http_allow", "mcp_allowed_origins", mode="before")

@@ -105,6 +105,8 @@ class RemoteServer:
     breaker: BreakerPolicy | None = None
     #: Per remote tool (its own name): a fallback chain (toolexec.fallback.steps).
     fallbacks: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    #: HTTP headers of every request, e.g. the server's Authorization; never shown in a repr.
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not _SERVER_NAME.match(self.name):
@@ -139,7 +141,7 @@ class RemoteServer:
 
     def configured(self, overrides: Mapping[str, Any]) -> RemoteServer:
         """This server with the operator's settings on top (``TOOLEXEC_MCP_SERVERS``)."""
-        allowed = {"timeout", "max_attempts", "backoff_base", "backoff_cap", "queue"}
+        allowed = {"timeout", "max_attempts", "backoff_base", "backoff_cap", "queue", "headers"}
         changes: dict[str, Any] = {k: v for k, v in overrides.items() if k in allowed}
         unknown = set(overrides) - allowed - {"side_effects"}
         if unknown:
@@ -189,12 +191,15 @@ def mcp_server(
     side_effects: Mapping[str, bool] | None = None,
     breaker: BreakerPolicy | None = None,
     fallbacks: Mapping[str, Sequence[FallbackStep]] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> RemoteServer:
     """Declare a remote MCP server in a tools module, beside ``@tool``.
 
     The worker that imports the module lists the server's tools when it starts
     and registers each as ``name.tool``. ``side_effects`` overrides, per remote
-    tool, what its annotations say; ``fallbacks`` gives a remote tool a chain.
+    tool, what its annotations say; ``fallbacks`` gives a remote tool a chain;
+    ``headers`` go with every HTTP request (read a token from the environment here,
+    or put it in ``TOOLEXEC_MCP_SERVERS``, rather than in code).
     """
     server = RemoteServer(
         name=name,
@@ -208,6 +213,7 @@ def mcp_server(
         side_effects=dict(side_effects or {}),
         breaker=breaker,
         fallbacks=dict(fallbacks or {}),
+        headers=dict(headers or {}),
     )
     with _declared_lock:
         _declared[:] = [s for s in _declared if s.name != name] + [server]
@@ -395,6 +401,7 @@ class _Session:
         held: Client | None = None
         http = (
             httpx2.AsyncClient(
+                headers=dict(self.server.headers),
                 timeout=httpx2.Timeout(30.0, read=300.0),
                 event_hooks={"response": [_note_status]},
             )

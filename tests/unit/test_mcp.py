@@ -275,6 +275,9 @@ def test_operator_settings_override_a_declared_server() -> None:
     assert changed.side_effects == {"a": True, "b": False}
     with pytest.raises(ConfigurationError):
         server.configured({"retries": 3})
+    secret = server.configured({"headers": {"Authorization": "Bearer s3cret"}})
+    assert secret.headers == {"Authorization": "Bearer s3cret"}
+    assert "s3cret" not in repr(secret)
 
 
 def test_the_tools_of_one_server_share_a_breaker() -> None:
