@@ -2,7 +2,7 @@
 
 Run as ``python mcp_remote_server.py PORT``; it serves streamable HTTP at
 ``http://127.0.0.1:PORT/mcp`` (``--stdio`` instead of a port: over stdio, without
-control). ``POST /control`` with ``{"fail": [503, 503]}`` makes the next
+control; ``PORT --token T``: requests must carry ``Authorization: Bearer T``). ``POST /control`` with ``{"fail": [503, 503]}`` makes the next
 ``tools/call`` requests answer those HTTP statuses (with ``"retry_after"`` as a
 Retry-After header); ``GET /control`` returns what it saw: calls per tool and
 writes per key. ``add_tool`` in a control request registers one more tool and
@@ -58,12 +58,21 @@ def refuse(reason: str) -> str:
 
 
 class FailOnCommand:
-    """Answers queued HTTP statuses to tools/call requests, before the MCP app sees them."""
+    """Answers queued HTTP statuses to tools/call requests, before the MCP app sees them.
 
-    def __init__(self, app: ASGIApp) -> None:
+    With a token, a request to /mcp without ``Authorization: Bearer <token>`` gets 401.
+    """
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
         self.app = app
+        self.token = token
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/mcp" and self.token:
+            given = dict(scope["headers"]).get(b"authorization", b"").decode()
+            if given != f"Bearer {self.token}":
+                await Response("unauthorized", status_code=401)(scope, receive, send)
+                return
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/mcp":
             await self.app(scope, receive, send)
             return
@@ -124,6 +133,7 @@ def main() -> None:
         server.run("stdio")
         return
     port = int(sys.argv[1])
+    token = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--token" else None
     low = server._lowlevel_server
     original = low.get_request_handler("tools/list")
     assert original is not None
@@ -135,7 +145,7 @@ def main() -> None:
     low.add_request_handler("tools/list", original.params_type, list_tools)
     app = server.streamable_http_app()
     app.router.routes.append(Route("/control", control, methods=["GET", "POST"]))
-    uvicorn.run(FailOnCommand(app), host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.run(FailOnCommand(app, token), host="127.0.0.1", port=port, log_level="warning")
 
 
 if __name__ == "__main__":

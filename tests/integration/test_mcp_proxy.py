@@ -67,10 +67,10 @@ def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 @contextmanager
-def remote_process(port: int, log: Path) -> Iterator[Remote]:
+def remote_process(port: int, log: Path, *extra: str) -> Iterator[Remote]:
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, str(HERE / "mcp_remote_server.py"), str(port)],
+            [sys.executable, str(HERE / "mcp_remote_server.py"), str(port), *extra],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -327,3 +327,33 @@ def test_an_mcp_client_reaches_a_remote_tool_through_toolexec(
     assert result.structured_content is not None
     assert result.structured_content["data"] == {"echo": "gw"}
     assert result.structured_content["attempts"] == 2  # the 503 was retried by toolexec
+
+
+def test_headers_from_the_settings_reach_the_server_and_a_401_is_not_retried(
+    settings: Settings, worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def worker_with(token: str, queue: str) -> WorkerProcess:
+        policy = {"locked": {"queue": queue, "headers": {"Authorization": f"Bearer {token}"}}}
+        env = {**worker_env, "TOOLEXEC_MCP_SERVERS": json.dumps(policy)}
+        proc = WorkerProcess("tooldefs", env, queues=queue, log_path=tmp_path / f"{queue}.log")
+        proc.args += ["--mcp-server", f"locked={url}"]
+        return proc
+
+    good = worker_with("right-token", "mcp_locked")
+    try:
+        with remote_process(port, tmp_path / "remote.log", "--token", "right-token") as locked:
+            good.start(settings.redis_url or "", settings.key_prefix)
+            with ToolClient(settings) as client:
+                result = client.call("locked.echo", {"text": "with a token"})
+                assert result.ok, result.model_dump_json()
+                locked.fail(401)
+                refused = client.call("locked.echo", {"text": "rejected"})
+                assert refused.error is not None
+                assert refused.error.type == ErrorType.UNAUTHORIZED
+                assert refused.attempts == 1
+    finally:
+        good.stop()
+    assert "right-token" not in (tmp_path / "mcp_locked.log").read_text()
