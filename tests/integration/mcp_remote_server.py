@@ -1,12 +1,13 @@
 """A remote MCP server for the proxy tests, made with the official SDK, failing on command.
 
 Run as ``python mcp_remote_server.py PORT``; it serves streamable HTTP at
-``http://127.0.0.1:PORT/mcp`` (``--stdio`` instead of a port: over stdio, without
-control; ``PORT --token T``: requests must carry ``Authorization: Bearer T``). ``POST /control`` with ``{"fail": [503, 503]}`` makes the next
-``tools/call`` requests answer those HTTP statuses (with ``"retry_after"`` as a
-Retry-After header); ``GET /control`` returns what it saw: calls per tool and
-writes per key. ``add_tool`` in a control request registers one more tool and
-sends ``tools/list_changed``.
+``http://127.0.0.1:PORT/mcp``. ``--stdio`` instead of a port serves stdio (without
+control); ``PORT --token T`` makes requests need ``Authorization: Bearer T``.
+``POST /control`` with ``{"fail": [503, 503]}`` makes the next ``tools/call``
+requests answer those HTTP statuses (with ``"retry_after"`` as a Retry-After
+header); ``GET /control`` returns what it saw: calls per tool and writes per key.
+``add_tool`` in a control request registers one more tool and sends
+``tools/list_changed``.
 """
 
 from __future__ import annotations
