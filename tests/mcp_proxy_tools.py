@@ -12,7 +12,7 @@ import os
 
 from toolexec.breaker import BreakerPolicy
 from toolexec.fallback.steps import LastGood
-from toolexec.mcp.remote import mcp_server
+from toolexec.mcp import mcp_server
 
 QUEUE = "mcp_proxy"
 

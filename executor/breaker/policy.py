@@ -21,7 +21,7 @@ def breaker_name(tool: str, key_argument: str | None, arguments: Mapping[str, An
 
     Retry budgets are named the same way, so one host's breaker and budget agree.
     A key starting with ``@`` is not an argument but the name of a breaker several
-    tools share: the tools of one remote MCP server fail together (``toolexec.mcp.remote``).
+    tools share: the tools of one remote MCP server fail together (``toolexec.mcp.servers``).
     """
     if key_argument and key_argument.startswith("@"):
         return key_argument[1:]

@@ -13,6 +13,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from toolexec.errors import ConfigurationError, ErrorType
+from toolexec.mcp.classify import HttpStatus, classify_mcp_error, remote_side_effects
 from toolexec.mcp.mapping import (
     RUN_ID_META,
     TIMEOUT_META,
@@ -25,13 +26,8 @@ from toolexec.mcp.mapping import (
     to_call_result,
     to_tool,
 )
-from toolexec.mcp.remote import (
-    HttpStatus,
-    RemoteServer,
-    arguments_model,
-    classify_mcp_error,
-    remote_side_effects,
-)
+from toolexec.mcp.remote import arguments_model
+from toolexec.mcp.servers import RemoteServer
 from toolexec.mcp.transports import check_bind, is_loopback, parse_listen
 from toolexec.results import ErrorInfo, FallbackInfo, PayloadRef, ToolResult
 from toolexec.settings import Settings

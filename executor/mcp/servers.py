@@ -1,0 +1,165 @@
+"""Declaring a remote MCP server: where it is and the policy its tools run under.
+
+A worker learns of a server from ``toolexec worker --mcp-server NAME=URL`` (or
+``NAME=stdio:COMMAND``) or from :func:`mcp_server` in a tools module beside
+``@tool``; ``TOOLEXEC_MCP_SERVERS`` lets an operator change a declared policy
+without a release. ``toolexec.mcp.remote`` registers the server's tools.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from toolexec.breaker import BreakerPolicy
+from toolexec.errors import TRANSIENT_TYPES, ConfigurationError
+from toolexec.registry import ToolPolicy
+from toolexec.retry import Jitter, RetryPolicy
+
+if TYPE_CHECKING:  # fallback builds on the registry
+    from toolexec.fallback.steps import FallbackStep
+
+__all__ = ["RemoteServer", "declared_servers", "mcp_server"]
+
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+
+
+@dataclass(frozen=True)
+class RemoteServer:
+    """A remote MCP server and the policy its tools run under on this worker."""
+
+    name: str
+    url: str | None = None
+    command: tuple[str, ...] = ()
+    timeout: float = 30.0
+    max_attempts: int = 3
+    backoff_base: float = 0.5
+    backoff_cap: float = 10.0
+    queue: str | None = None
+    #: Per remote tool (its own name), overriding what the annotations say.
+    side_effects: Mapping[str, bool] = field(default_factory=dict)
+    breaker: BreakerPolicy | None = None
+    #: Per remote tool (its own name): a fallback chain (toolexec.fallback.steps).
+    fallbacks: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    #: HTTP headers of every request, e.g. the server's Authorization; never shown in a repr.
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not _SERVER_NAME.match(self.name):
+            raise ConfigurationError(
+                f"an MCP server's name must be 1-32 letters, digits, '_' or '-', not {self.name!r}"
+            )
+        if (self.url is None) == (not self.command):
+            raise ConfigurationError(
+                f"MCP server {self.name!r}: give exactly one of url= (streamable HTTP) "
+                "or command= (stdio)"
+            )
+        if not self.timeout > 0 or self.max_attempts < 1:
+            raise ConfigurationError(
+                f"MCP server {self.name!r}: timeout must be positive and max_attempts at least 1"
+            )
+
+    @classmethod
+    def parse(cls, spec: str) -> RemoteServer:
+        """``NAME=URL`` (streamable HTTP) or ``NAME=stdio:COMMAND`` (a command line)."""
+        name, sep, target = spec.partition("=")
+        if not sep or not target:
+            raise ConfigurationError(
+                f"--mcp-server takes NAME=URL or NAME=stdio:COMMAND, not {spec!r}"
+            )
+        if target.startswith("stdio:"):
+            return cls(name=name.strip(), command=tuple(shlex.split(target[len("stdio:") :])))
+        if not target.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"MCP server {name!r}: {target!r} is neither an http(s) URL nor stdio:COMMAND"
+            )
+        return cls(name=name.strip(), url=target)
+
+    def configured(self, overrides: Mapping[str, Any]) -> RemoteServer:
+        """This server with the operator's settings on top (``TOOLEXEC_MCP_SERVERS``)."""
+        allowed = {"timeout", "max_attempts", "backoff_base", "backoff_cap", "queue", "headers"}
+        changes: dict[str, Any] = {k: v for k, v in overrides.items() if k in allowed}
+        unknown = set(overrides) - allowed - {"side_effects"}
+        if unknown:
+            raise ConfigurationError(
+                f"TOOLEXEC_MCP_SERVERS[{self.name!r}]: unknown keys {sorted(unknown)}; "
+                f"use {sorted(allowed | {'side_effects'})}"
+            )
+        if "side_effects" in overrides:
+            changes["side_effects"] = {**self.side_effects, **dict(overrides["side_effects"])}
+        return replace(self, **changes)
+
+    def tool_name(self, remote: str) -> str:
+        return f"{self.name}.{remote}"
+
+    def policy(self, side_effects: bool) -> ToolPolicy:
+        """The policy of each of this server's tools: one breaker for the whole server."""
+        return ToolPolicy(
+            timeout=self.timeout,
+            retry=RetryPolicy(
+                max_attempts=self.max_attempts,
+                base=self.backoff_base,
+                cap=self.backoff_cap,
+                jitter=Jitter.FULL,
+                retry_on=TRANSIENT_TYPES,
+            ),
+            queue=self.queue,
+            side_effects=side_effects,
+            breaker=self.breaker or BreakerPolicy(probe_lease_s=max(60.0, self.timeout + 10.0)),
+            breaker_key=f"@mcp:{self.name}",
+        )
+
+
+_declared: list[RemoteServer] = []
+_declared_lock = threading.Lock()
+
+
+def mcp_server(
+    name: str,
+    url: str | None = None,
+    *,
+    command: Sequence[str] = (),
+    timeout: float = 30.0,
+    max_attempts: int = 3,
+    backoff_base: float = 0.5,
+    backoff_cap: float = 10.0,
+    queue: str | None = None,
+    side_effects: Mapping[str, bool] | None = None,
+    breaker: BreakerPolicy | None = None,
+    fallbacks: Mapping[str, Sequence[FallbackStep]] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> RemoteServer:
+    """Declare a remote MCP server in a tools module, beside ``@tool``.
+
+    The worker that imports the module lists the server's tools when it starts
+    and registers each as ``name.tool``. ``side_effects`` overrides, per remote
+    tool, what its annotations say; ``fallbacks`` gives a remote tool a chain;
+    ``headers`` go with every HTTP request (read a token from the environment here,
+    or put it in ``TOOLEXEC_MCP_SERVERS``, rather than in code).
+    """
+    server = RemoteServer(
+        name=name,
+        url=url,
+        command=tuple(command),
+        timeout=timeout,
+        max_attempts=max_attempts,
+        backoff_base=backoff_base,
+        backoff_cap=backoff_cap,
+        queue=queue,
+        side_effects=dict(side_effects or {}),
+        breaker=breaker,
+        fallbacks=dict(fallbacks or {}),
+        headers=dict(headers or {}),
+    )
+    with _declared_lock:
+        _declared[:] = [s for s in _declared if s.name != name] + [server]
+    return server
+
+
+def declared_servers() -> list[RemoteServer]:
+    with _declared_lock:
+        return list(_declared)
