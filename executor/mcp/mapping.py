@@ -30,6 +30,7 @@ __all__ = [
     "cancelled_result",
     "catalog_fingerprint",
     "output_schema",
+    "read_payload_arguments",
     "read_payload_tool",
     "run_id_for",
     "to_call_result",
@@ -133,6 +134,27 @@ def read_payload_tool() -> types.Tool:
         },
         annotations=types.ToolAnnotations(read_only_hint=True),
     )
+
+
+def read_payload_arguments(arguments: Mapping[str, Any]) -> tuple[str, int, int] | str:
+    """``read_payload``'s key, offset and limit, or why they cannot be used.
+
+    They come from a model, so they are checked here as the schema says, before
+    any store is asked.
+    """
+    key = arguments.get("key")
+    offset, limit = arguments.get("offset", 0), arguments.get("limit", 100)
+    if not isinstance(key, str) or not 0 < len(key) <= 512:
+        return "read_payload needs key: the payload key quoted in the result's preview"
+    if not (_whole(offset) and _whole(limit)):
+        return "read_payload's offset and limit are whole numbers"
+    if offset < 0 or not 1 <= limit <= 1000:
+        return "read_payload needs offset >= 0 and a limit from 1 to 1000"
+    return key, offset, limit
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def catalog_fingerprint(catalog: Mapping[str, Mapping[str, Any]]) -> tuple[Any, ...]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import time
 import uuid
@@ -41,6 +42,7 @@ from toolexec.mcp.mapping import (
     call_timeout,
     cancelled_result,
     catalog_fingerprint,
+    read_payload_arguments,
     read_payload_tool,
     run_id_for,
     to_call_result,
@@ -211,22 +213,19 @@ class McpFront:
         return await _Call(self, ctx, params.name, arguments, run_id, timeout, guard).run()
 
     async def _read_payload(self, arguments: Mapping[str, Any]) -> types.CallToolResult:
-        key, offset, limit = (
-            arguments.get("key"),
-            arguments.get("offset", 0),
-            arguments.get("limit", 100),
-        )
-        if not isinstance(key, str) or not all(
-            isinstance(n, int) and not isinstance(n, bool) for n in (offset, limit)
-        ):
-            return _error_text("read_payload takes key (a string), offset and limit (integers)")
+        """A page of an offloaded result; the numbers come from a model, so they are checked."""
+        page_of = read_payload_arguments(arguments)
+        if isinstance(page_of, str):
+            return _error_text(page_of)
+        key, offset, limit = page_of
         try:
             page = await asyncio.to_thread(self.client.read_payload, key, offset, limit)
         except (PayloadUnavailableError, UsageError) as exc:
             return _error_text(str(exc))
         body = page.to_json()
         return types.CallToolResult(
-            content=[types.TextContent(text=_json(body))], structured_content=body
+            content=[types.TextContent(text=json.dumps(body, ensure_ascii=False, default=str))],
+            structured_content=body,
         )
 
 
@@ -366,12 +365,6 @@ def _progress_message(
     if seen:
         return f"{tool}: attempt {seen} failed, waiting to try again ({when})"
     return f"{tool}: not running yet: queued, or between attempts ({when})"
-
-
-def _json(body: Any) -> str:
-    import json
-
-    return json.dumps(body, ensure_ascii=False, default=str)
 
 
 def _error_text(message: str) -> types.CallToolResult:

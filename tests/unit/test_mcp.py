@@ -22,6 +22,7 @@ from toolexec.mcp.mapping import (
     cancelled_result,
     catalog_fingerprint,
     output_schema,
+    read_payload_arguments,
     run_id_for,
     to_call_result,
     to_tool,
@@ -339,3 +340,24 @@ def test_a_bind_beyond_loopback_needs_a_token() -> None:
     with pytest.raises(ConfigurationError, match="TOOLEXEC_MCP_TOKEN"):
         check_bind("0.0.0.0", Settings())
     check_bind("0.0.0.0", Settings(mcp_token="t"))
+
+
+@pytest.mark.parametrize(
+    ("key", "offset", "limit", "ok"),
+    [
+        ("p1", 0, 100, True),
+        ("p1", 5, 1000, True),
+        ("", 0, 10, False),
+        ("k" * 513, 0, 10, False),
+        (3, 0, 10, False),
+        ("p1", -1, 10, False),
+        ("p1", 0, 0, False),
+        ("p1", 0, 1001, False),
+        ("p1", True, 10, False),
+        ("p1", 1.5, 10, False),
+    ],
+)
+def test_read_payload_arguments_are_checked(key: Any, offset: Any, limit: Any, ok: bool) -> None:
+    checked = read_payload_arguments({"key": key, "offset": offset, "limit": limit})
+    assert (checked == (key, offset, limit)) is ok
+    assert isinstance(checked, str) is not ok
