@@ -28,6 +28,14 @@ __all__ = ["RemoteServer", "declared_servers", "mcp_server"]
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class RemoteServer:
     """A remote MCP server and the policy its tools run under on this worker."""
@@ -58,10 +66,34 @@ class RemoteServer:
                 f"MCP server {self.name!r}: give exactly one of url= (streamable HTTP) "
                 "or command= (stdio)"
             )
-        if not self.timeout > 0 or self.max_attempts < 1:
-            raise ConfigurationError(
-                f"MCP server {self.name!r}: timeout must be positive and max_attempts at least 1"
-            )
+        problems = [text for bad, text in self._policy_checks() if bad]
+        if problems:
+            raise ConfigurationError(f"MCP server {self.name!r}: " + "; ".join(problems))
+
+    def _policy_checks(self) -> list[tuple[bool, str]]:
+        """The numbers may come from TOOLEXEC_MCP_SERVERS, so their types are checked too."""
+        numbers = (self.timeout, self.backoff_base, self.backoff_cap)
+        if not all(_number(n) for n in numbers) or not _whole(self.max_attempts):
+            return [
+                (
+                    True,
+                    "timeout, backoff_base and backoff_cap are numbers, max_attempts "
+                    "a whole number",
+                )
+            ]
+        return [
+            (not self.timeout > 0, "timeout must be positive"),
+            (self.max_attempts < 1, "max_attempts must be at least 1"),
+            (not 0 < self.backoff_base <= self.backoff_cap, "need 0 < backoff_base <= backoff_cap"),
+            (self.queue is not None and not isinstance(self.queue, str), "queue is a name"),
+            (
+                not isinstance(self.headers, Mapping)
+                or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
+                ),
+                "headers map names to strings",
+            ),
+        ]
 
     @classmethod
     def parse(cls, spec: str) -> RemoteServer:

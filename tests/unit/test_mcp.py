@@ -272,6 +272,18 @@ def test_operator_settings_override_a_declared_server() -> None:
     assert changed.side_effects == {"a": True, "b": False}
     with pytest.raises(ConfigurationError):
         server.configured({"retries": 3})
+    for bad in (
+        {"timeout": "10"},
+        {"timeout": 0},
+        {"max_attempts": 0},
+        {"max_attempts": 2.5},
+        {"backoff_base": 5, "backoff_cap": 1},
+        {"queue": 7},
+        {"headers": {"Authorization": 1}},
+        {"headers": "Bearer x"},
+    ):
+        with pytest.raises(ConfigurationError):
+            server.configured(bad)
     secret = server.configured({"headers": {"Authorization": "Bearer s3cret"}})
     assert secret.headers == {"Authorization": "Bearer s3cret"}
     assert "s3cret" not in repr(secret)
