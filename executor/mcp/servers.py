@@ -87,6 +87,10 @@ class RemoteServer:
             (not 0 < self.backoff_base <= self.backoff_cap, "need 0 < backoff_base <= backoff_cap"),
             (self.queue is not None and not isinstance(self.queue, str), "queue is a name"),
             (
+                not all(isinstance(v, bool) for v in self.side_effects.values()),
+                "side_effects maps tool names to true or false",
+            ),
+            (
                 not isinstance(self.headers, Mapping)
                 or not all(
                     isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
@@ -122,7 +126,13 @@ class RemoteServer:
                 f"use {sorted(allowed | {'side_effects'})}"
             )
         if "side_effects" in overrides:
-            changes["side_effects"] = {**self.side_effects, **dict(overrides["side_effects"])}
+            given = overrides["side_effects"]
+            if not isinstance(given, Mapping):
+                raise ConfigurationError(
+                    f"TOOLEXEC_MCP_SERVERS[{self.name!r}]: side_effects maps tool names to "
+                    f"true or false, not {given!r}"
+                )
+            changes["side_effects"] = {**self.side_effects, **given}
         return replace(self, **changes)
 
     def tool_name(self, remote: str) -> str:

@@ -281,6 +281,8 @@ def test_operator_settings_override_a_declared_server() -> None:
         {"queue": 7},
         {"headers": {"Authorization": 1}},
         {"headers": "Bearer x"},
+        {"side_effects": ["write"]},
+        {"side_effects": {"write": "yes"}},
     ):
         with pytest.raises(ConfigurationError):
             server.configured(bad)
