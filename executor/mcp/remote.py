@@ -165,9 +165,12 @@ def _publish_now() -> None:
         return
     from toolexec.tasks.catalog_publisher import publish_catalog
 
+    # the queues it consumes, which the catalog's liveness entries name
+    task_consumer = getattr(consumer, "task_consumer", None)
+    queues = sorted({queue.name for queue in getattr(task_consumer, "queues", None) or ()})
     try:
         consumer.update_strategies()
-        publish_catalog(consumer.app, consumer.hostname)
+        publish_catalog(consumer.app, consumer.hostname, queues)
     except Exception as exc:  # the heartbeat publishes it soon anyway
         log.warning("could not publish the catalog: %s", exc)
 
