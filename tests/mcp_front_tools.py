@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from toolexec import tool
-from toolexec.breaker import BreakerPolicy
+from toolexec.policies import BreakerPolicy
 
 QUEUE = "mcp_front"
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 
-from toolexec.breaker import BreakerPolicy
 from toolexec.fallback.steps import LastGood
 from toolexec.mcp import mcp_server
+from toolexec.policies import BreakerPolicy
 
 QUEUE = "mcp_proxy"
 

@@ -15,10 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from toolexec.breaker import BreakerPolicy
 from toolexec.errors import TRANSIENT_TYPES, ConfigurationError
-from toolexec.registry import ToolPolicy
-from toolexec.retry import Jitter, RetryPolicy
+from toolexec.policies import BreakerPolicy, Jitter, RetryPolicy, ToolPolicy
 
 if TYPE_CHECKING:  # fallback builds on the registry
     from toolexec.fallback.steps import FallbackStep
