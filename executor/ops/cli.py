@@ -17,6 +17,7 @@ from toolexec.breaker.cli import breakers
 from toolexec.errors import InfrastructureError, ToolexecError
 from toolexec.ops.cli_support import EXIT_UNREACHABLE, Unreachable
 from toolexec.ops.faults_cli import faults
+from toolexec.ops.mcp_cli import mcp
 from toolexec.ops.pool_default import choose_pool
 from toolexec.ops.services_cli import flower, serve_embedded
 from toolexec.ops.status import status
@@ -132,6 +133,37 @@ def _say_what_it_serves(modules: list[str]) -> None:
         )
 
 
+def _register_mcp_servers(given: tuple[str, ...], overrides: dict[str, Any]) -> set[str | None]:
+    """Remote MCP servers from --mcp-server and from tools modules (toolexec.mcp.servers).
+
+    Returns their queues: a server that cannot be listed yet still has its queue consumed,
+    so its calls run as soon as its tools are registered.
+    """
+    if not given and "toolexec.mcp.servers" not in sys.modules:
+        return set()
+    try:
+        from toolexec.mcp.remote import register_servers
+        from toolexec.mcp.servers import RemoteServer, declared_servers
+    except ImportError as exc:
+        raise click.ClickException(
+            f"--mcp-server needs the MCP SDK ({exc}); install it with: pip install 'toolexec[mcp]'"
+        ) from exc
+    servers = [*declared_servers(), *(RemoteServer.parse(spec) for spec in given)]
+    return set(register_servers(servers, overrides).values())
+
+
+def _tools_served(settings: Settings, mcp_servers: tuple[str, ...]) -> set[str | None]:
+    """Import the tool modules and register remote MCP servers' tools; their queues."""
+    from toolexec.registry import default_registry
+
+    modules = _import_tools(settings.tools)
+    if not mcp_servers:  # remote MCP tools are served too
+        _say_what_it_serves(modules)
+    return {spec.policy.queue for spec in default_registry} | _register_mcp_servers(
+        mcp_servers, settings.mcp_servers
+    )
+
+
 @cli.command()
 @click.option(
     "--tools",
@@ -168,6 +200,13 @@ def _say_what_it_serves(modules: list[str]) -> None:
     help="Seconds to keep trying an unreachable Redis or broker at start before exiting "
     "with code 3.",
 )
+@click.option(
+    "--mcp-server",
+    "mcp_servers",
+    multiple=True,
+    metavar="NAME=URL|NAME=stdio:COMMAND",
+    help="Run a remote MCP server's tools as NAME.tool (repeatable; needs toolexec[mcp]).",
+)
 def worker(
     tools: str,
     queues: str,
@@ -178,12 +217,12 @@ def worker(
     loglevel: str,
     metrics_port: int | None,
     connect_wait: float,
+    mcp_servers: tuple[str, ...],
 ) -> None:
     """Run a worker that executes tool calls."""
     pool = _autoscale_pool(pool, autoscale)
     _tool_specs(tools)
     from toolexec.app import app, settings_of
-    from toolexec.registry import default_registry
 
     settings = settings_of(app)
     _check_servers(settings, connect_wait)
@@ -203,12 +242,9 @@ def worker(
     telemetry.prepare(choice.pool, metrics_port)
     import toolexec.tasks  # noqa: F401  (binds every registered tool to a Celery task)
 
-    _say_what_it_serves(_import_tools(settings.tools))
+    served = _tools_served(settings, mcp_servers)
     wanted = queues or ",".join(
-        sorted(
-            {spec.policy.queue or settings.default_queue for spec in default_registry}
-            | {settings.default_queue}
-        )
+        sorted({queue or settings.default_queue for queue in served} | {settings.default_queue})
     )
     argv = [
         "worker",
@@ -304,6 +340,7 @@ cli.add_command(status)
 cli.add_command(flower)
 cli.add_command(trace)
 cli.add_command(traces)
+cli.add_command(mcp)
 embedded.add_command(serve_embedded)
 
 
