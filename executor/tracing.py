@@ -159,7 +159,9 @@ def _instrument_httpx() -> None:
         return
     instrumentor = HTTPXClientInstrumentor()
     if not instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.instrument(request_hook=_redact_request_span)
+        instrumentor.instrument(
+            request_hook=_redact_request_span, async_request_hook=_redact_async_request_span
+        )
 
 
 def redacted_url(url: str) -> str:
@@ -177,6 +179,11 @@ def _redact_request_span(span: Span, request: Any) -> None:
         shown = redacted_url(str(request[1] if isinstance(request, tuple) else request.url))
         span.set_attribute("url.full", shown)
         span.set_attribute("http.url", shown)
+
+
+async def _redact_async_request_span(span: Span, request: Any) -> None:
+    """The same for ``httpx.AsyncClient`` (``http_request`` is async), whose hooks are awaited."""
+    _redact_request_span(span, request)
 
 
 # -- the client: one span per call, its context in the message headers ----------
