@@ -34,7 +34,7 @@ from toolexec.clock import AnchoredClock, Clock
 from toolexec.embedded import ensure_embedded
 from toolexec.errors import ConfigurationError, RedisUnavailableError
 from toolexec.failopen import REDIS_ERRORS
-from toolexec.retry import Jitter, RetryPolicy
+from toolexec.policies import Jitter, RetryPolicy
 from toolexec.settings import Settings
 
 __all__ = [

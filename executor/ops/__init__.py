@@ -7,8 +7,9 @@ commands below), ``cli_support`` how each of them reports an unreachable server,
 the pool and slots a worker runs when none was configured; ``status``, ``health``
 (the workers' liveness probe), ``faults_cli`` and ``services_cli`` (Flower, the
 embedded Valkey in the foreground) are its operator commands, ``metrics`` and
-``telemetry`` the worker's Prometheus endpoint and log set-up, ``demo`` the scripted tour. Nothing here is needed to declare or call
-tools, and nothing is re-exported, so importing one module does not import the others.
+``telemetry`` the worker's Prometheus endpoint and log set-up, ``demo`` the scripted
+tour. Nothing here is needed to declare or call tools, and nothing is re-exported, so
+importing one module does not import the others.
 """
 
 __all__: list[str] = []

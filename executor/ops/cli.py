@@ -17,8 +17,8 @@ from toolexec.breaker.cli import breakers
 from toolexec.errors import InfrastructureError, ToolexecError
 from toolexec.ops.cli_support import EXIT_UNREACHABLE, Unreachable
 from toolexec.ops.faults_cli import faults
-from toolexec.ops.pool_default import choose_pool
 from toolexec.ops.health import health
+from toolexec.ops.pool_default import choose_pool
 from toolexec.ops.services_cli import flower, serve_embedded
 from toolexec.ops.status import status
 from toolexec.settings import Settings
