@@ -6,8 +6,8 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-redis lint bench bench-perf clean test-rabbitmq test-cluster test-e2e \
-	screenshot browser honcho dashboard-preview
+.PHONY: demo test test-redis lint bench bench-perf chaos clean test-rabbitmq test-cluster \
+	test-e2e screenshot browser honcho dashboard-preview
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,9 @@ test: lint
 # tests. The run uses one of its databases 1-15 that is empty, and empties it again at
 # the end; a database holding data is never used or flushed.
 TEST_REDIS_URL ?= redis://127.0.0.1:6379
+# (tests/chaos start and kill servers of their own, so they are not run twice)
 test-redis: $(STAMP)
-	TOOLEXEC_TEST_REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest
+	TOOLEXEC_TEST_REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest --ignore=tests/chaos
 
 # The core integration modules with RabbitMQ as the broker (toolexec's state stays in
 # Redis: embedded, or TOOLEXEC_TEST_REDIS_URL).
@@ -97,6 +98,11 @@ bench-perf: $(STAMP)
 	$(BIN)/python bench/commands.py
 	$(BIN)/python bench/cpu_profile.py
 	$(BIN)/python bench/runner.py
+
+# Processes killed under load, one table (README, Reliability); the soak is separate:
+#   $(BIN)/python bench/chaos.py --scenario soak --minutes 20
+chaos: $(STAMP)
+	$(BIN)/python bench/chaos.py
 
 clean:
 	rm -rf $(VENV) .typecheck .mypy_cache .ruff_cache .pytest_cache

@@ -14,6 +14,7 @@ from typing import Any
 
 from celery import Celery
 
+from toolexec import transport_patch
 from toolexec.connection import celery_url, is_cluster, redis_url
 from toolexec.settings import Settings
 
@@ -64,12 +65,24 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_send_sent_event": settings.task_events,
         "imports": ["toolexec.tasks", *settings.tools],
         "worker_hijack_root_logger": False,
+        # reconnect at the pace of a blip, not of an outage (toolexec.consumer)
+        "worker_consumer": "toolexec.consumer:Consumer",
+        # After a reconnect Celery lowers the prefetch and raises it again from the
+        # callback of each finished task; on the threads pool that callback runs on a
+        # pool thread and its basic.qos RPC reads the AMQP socket the consumer is
+        # reading too: "UnexpectedFrame", another reconnect, and after a few rounds a
+        # worker that consumes nothing (measured: bench/chaos.py, rabbitmq-restart).
+        "worker_enable_prefetch_count_reduction": False,
     }
 
 
 def create_app(settings: Settings | None = None, name: str = "toolexec") -> Celery:
     """A Celery app for ``settings``; configured lazily when ``settings`` is None."""
+    transport_patch.install()  # a worker must survive Redis flapping (see the module)
     celery_app = Celery(name, set_as_current=False)
+    from toolexec.consumer import LivenessBeat  # imports celery.worker: not at module level
+
+    celery_app.steps["consumer"].add(LivenessBeat)
     if settings is not None:
         celery_app.conf.update(celery_config(settings))
         celery_app.conf.toolexec_settings = settings

@@ -23,8 +23,12 @@ refuses anything else at start).
 
 from __future__ import annotations
 
+import itertools
+import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
@@ -39,12 +43,17 @@ from redis.retry import Retry
 from toolexec.clock import AnchoredClock, Clock
 from toolexec.embedded import ensure_embedded
 from toolexec.errors import ConfigurationError, RedisUnavailableError
+from toolexec.failopen import REDIS_ERRORS
+from toolexec.policies import Jitter, RetryPolicy
 from toolexec.settings import Settings
 
 __all__ = [
+    "BLIPS",
+    "RECONNECT",
     "ClusterTarget",
     "SentinelTarget",
     "async_redis_client",
+    "async_reply_client",
     "celery_url",
     "fail_fast_client",
     "fleet_clock",
@@ -54,10 +63,45 @@ __all__ = [
     "redact_url",
     "redis_client",
     "redis_url",
+    "reply_client",
+    "through_blips",
     "unavailable",
 ]
 
 _SENTINEL_PORT = 26379
+
+T = TypeVar("T")
+
+#: What a restart or a failover raises, and nothing that a retry would not cure: the
+#: one definition (toolexec.failopen), named for what it is to a waiter.
+BLIPS = REDIS_ERRORS
+
+#: Pauses between tries while Redis is away: a blip costs a few tenths of a second,
+#: an outage one try a second.
+RECONNECT = RetryPolicy(max_attempts=1, base=0.05, cap=1.0, jitter=Jitter.EQUAL)
+
+
+def through_blips(
+    func: Callable[[], T], within_s: float, sleep: Callable[[float], None] = time.sleep
+) -> T:
+    """``func()``, tried again after :data:`BLIPS` with backoff for ``within_s`` seconds.
+
+    For writes a call's outcome depends on (its answer, its idempotency
+    record): failing them on a restart that lasts a second would throw away
+    work already done. The caller bounds ``within_s`` by how long the write
+    is still useful, usually the call's deadline; the last error is raised.
+    """
+    give_up = time.monotonic() + max(0.0, within_s)
+    rng = random.Random()
+    for failures in itertools.count(1):
+        try:
+            return func()
+        except BLIPS:
+            left = give_up - time.monotonic()
+            if left <= 0:
+                raise
+            sleep(min(left, RECONNECT.backoff(failures, None, rng)))
+    raise AssertionError("unreachable")  # itertools.count never ends
 
 
 def redis_url(settings: Settings) -> str:
@@ -288,6 +332,25 @@ def fail_fast_client(url: str) -> redis.Redis:
     second and lets the caller's ``on_redis_error`` policy decide.
     """
     return redis_client(url, socket_timeout=1.0, retry=Retry(NoBackoff(), 1))
+
+
+def reply_client(url: str, *, block_s: float) -> redis.Redis:
+    """A client for reply waits, which must neither hang on a dead peer nor retry on its own.
+
+    Blocking reads of ``block_s`` at most, with a socket timeout a few seconds
+    above, end a wait on a half-open connection (a partitioned or frozen
+    server) within that time instead of never; the waiter retries with its
+    own backoff until the call's deadline, so redis-py's built-in retries are
+    off (they would sleep past the deadline on a long outage).
+    """
+    return redis_client(url, socket_timeout=block_s + 4.0, retry=Retry(NoBackoff(), 0))
+
+
+def async_reply_client(url: str, *, block_s: float) -> redis.asyncio.Redis:
+    """The asyncio twin of :func:`reply_client`."""
+    from redis.asyncio.retry import Retry as AsyncRetry
+
+    return async_redis_client(url, socket_timeout=block_s + 4.0, retry=AsyncRetry(NoBackoff(), 0))
 
 
 def redact_url(url: str) -> str:

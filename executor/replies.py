@@ -9,17 +9,35 @@ and the caller pops results as they come, in one blocking read at a time.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
+import random
 import time
 from collections.abc import Iterable
 
 import redis
 import redis.asyncio
 
+from toolexec.connection import BLIPS, RECONNECT, through_blips
 from toolexec.keys import REPLY_TTL_S, Keys
 from toolexec.results import ToolResult
 
-__all__ = ["ReplyBox", "deliver", "queue_reply"]
+__all__ = ["BLOCK_S", "DELIVERY_GRACE_S", "ReplyBox", "deliver", "queue_reply"]
+
+
+#: How long one blocking read lasts. Redis is asked again after each, so a dead
+#: connection is noticed within this plus the socket timeout, never after the
+#: deadline; and a client library that repeats a blocking read after a reconnect
+#: (a cluster's failover) overshoots the caller's deadline by at most this.
+BLOCK_S = 0.5
+
+#: Answers read from a shared list per round trip.
+_PAGE = 500
+
+#: How long past the caller's deadline a worker keeps trying to deliver: the caller
+#: waits a grace beyond it (``reply_grace``), and an answer it no longer reads expires.
+DELIVERY_GRACE_S = 5.0
 
 
 def queue_reply(
@@ -32,24 +50,45 @@ def queue_reply(
 
 
 def deliver(client: redis.Redis, keys: Keys, reply_to: str, result: ToolResult, ttl: float) -> None:
-    """Push ``result`` for its caller in one round trip."""
-    pipe = client.pipeline(transaction=False)
-    queue_reply(pipe, keys, reply_to, result, ttl)
-    pipe.execute()
+    """Push ``result`` for its caller in one round trip, through Redis blips.
 
+    A blip must not lose an answer the tool already paid for, so the push is
+    retried with backoff for as long as the caller still waits (``ttl``, the
+    time to its deadline, plus :data:`DELIVERY_GRACE_S`). A retry after a push
+    whose reply was lost may push the same result twice; the caller keeps the
+    first copy of each call id and the list expires.
+    """
 
-#: The longest one BLPOP waits: a wait that a reconnect repeats overshoots the
-#: caller's deadline by at most this (plus the reconnect).
-REPLY_SLICE_S = 0.5
+    def push() -> None:
+        pipe = client.pipeline(transaction=False)
+        queue_reply(pipe, keys, reply_to, result, ttl)
+        pipe.execute()
+
+    through_blips(push, max(0.0, ttl) + DELIVERY_GRACE_S)
 
 
 class ReplyBox:
-    """Collects the results of the calls that share one reply list."""
+    """Collects the results of the calls that share one reply list.
+
+    Once a call is published its answer will be on the list, so a Redis blip
+    while waiting is no reason to give up: the box reads again after a
+    backoff until the wait is over, and the caller turns whatever is still
+    pending into a typed outcome then (the list survives a restart with AOF).
+
+    Reading never loses an answer to a broken connection: a pop whose reply
+    is cut off by a restart would have taken the answer off the list for
+    nobody. So the box waits with ``BLMOVE list list`` (a rotation that
+    leaves the list as it was, and blocks only while it is empty), reads with
+    ``LRANGE``, and trims only what it has received.
+    """
 
     def __init__(self, keys: Keys, reply_to: str, call_ids: Iterable[str]) -> None:
         self.key = keys.reply(reply_to)
         self.pending = set(call_ids)
         self.results: dict[str, ToolResult] = {}
+        #: Reads that failed in a row; the next pause grows with it.
+        self.failures = 0
+        self.rng = random.Random()
 
     def _take(self, raw: str | bytes) -> None:
         # pydantic parses the JSON itself, in about half the time of json.loads and
@@ -59,31 +98,53 @@ class ReplyBox:
             self.pending.discard(result.call_id)
             self.results[result.call_id] = result
 
+    def _pause(self, left: float) -> float:
+        """How long to wait before reading again after a failed read."""
+        self.failures += 1
+        return min(left, RECONNECT.backoff(self.failures, None, self.rng))
+
+    def _wait_args(self, left: float) -> tuple[str, str, str, str, str, float]:
+        """BLMOVE from the list to its own head: wait for an answer without taking it."""
+        return (
+            "BLMOVE",
+            self.key,
+            self.key,
+            "LEFT",
+            "LEFT",
+            round(max(min(left, BLOCK_S), 0.001), 3),
+        )
+
     def collect(self, client: redis.Redis, wait: float) -> None:
-        """Pop results for at most ``wait`` seconds, or until none is pending."""
+        """Read results for at most ``wait`` seconds, or until none is pending."""
         end = time.monotonic() + wait
         while self.pending:
             left = end - time.monotonic()
             if left <= 0:
-                return
-            # In slices: a client library that retries a BLPOP after a lost connection
-            # (a cluster's failover) sends it with its whole timeout again.
-            popped = client.blpop([self.key], timeout=max(min(left, REPLY_SLICE_S), 0.001))
-            if popped is None:
-                continue
-            self._take(popped[1])
-            self._drain(client)
+                break
+            try:
+                self._read(client, left)
+                self.failures = 0
+            except BLIPS:
+                time.sleep(self._pause(left))
+        self._forget(client)
 
-    def _drain(self, client: redis.Redis) -> None:
-        """Take whatever else is already waiting, in one round trip."""
-        if not self.pending:
+    def _read(self, client: redis.Redis, left: float) -> None:
+        head = client.execute_command(*self._wait_args(left))  # type: ignore[no-untyped-call]
+        if head is None:
             return
-        pipe = client.pipeline(transaction=True)
-        pipe.lrange(self.key, 0, len(self.pending) - 1)
-        pipe.ltrim(self.key, len(self.pending), -1)
-        waiting, _ = pipe.execute()
-        for raw in waiting:
-            self._take(raw)
+        self._take(head)
+        if self.pending:  # a shared list: read what else is there, then trim what was read
+            waiting: list[str] = client.lrange(self.key, 0, _PAGE - 1)  # type: ignore[assignment]
+            for raw in waiting:
+                self._take(raw)
+            client.ltrim(self.key, len(waiting), -1)
+
+    def _forget(self, client: redis.Redis) -> None:
+        """Drop the list once every answer is in (else its TTL does, after the deadline)."""
+        if self.pending:
+            return
+        with contextlib.suppress(*BLIPS):
+            client.unlink(self.key)
 
     async def acollect(self, client: redis.asyncio.Redis, wait: float) -> None:
         """The asyncio twin of :meth:`collect`."""
@@ -91,20 +152,23 @@ class ReplyBox:
         while self.pending:
             left = end - time.monotonic()
             if left <= 0:
-                return
-            popped = await client.blpop([self.key], timeout=max(min(left, REPLY_SLICE_S), 0.001))
-            if popped is None:
-                continue
-            self._take(popped[1])
-            await self._adrain(client)
-
-    async def _adrain(self, client: redis.asyncio.Redis) -> None:
-        """The asyncio twin of :meth:`_drain`: one round trip for whatever else is waiting."""
+                break
+            try:
+                await self._aread(client, left)
+                self.failures = 0
+            except BLIPS:
+                await asyncio.sleep(self._pause(left))
         if not self.pending:
+            with contextlib.suppress(*BLIPS):
+                await client.unlink(self.key)
+
+    async def _aread(self, client: redis.asyncio.Redis, left: float) -> None:
+        head = await client.execute_command(*self._wait_args(left))  # type: ignore[no-untyped-call]
+        if head is None:
             return
-        pipe = client.pipeline(transaction=True)
-        pipe.lrange(self.key, 0, len(self.pending) - 1)
-        pipe.ltrim(self.key, len(self.pending), -1)
-        waiting, _ = await pipe.execute()
-        for raw in waiting:
-            self._take(raw)
+        self._take(head)
+        if self.pending:
+            waiting: list[bytes | str] = await client.lrange(self.key, 0, _PAGE - 1)
+            for raw in waiting:
+                self._take(raw)
+            await client.ltrim(self.key, len(waiting), -1)

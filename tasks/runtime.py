@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,10 +37,11 @@ from toolexec.batch import Batch
 from toolexec.breaker import CircuitBreaker
 from toolexec.breaker.layer import BreakerLayer
 from toolexec.clock import Clock
-from toolexec.connection import fail_fast_client, fleet_clock, redis_url
+from toolexec.connection import fail_fast_client, fleet_clock, redis_url, through_blips
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
 from toolexec.execution import Executor, Final, error_result, restamped
+from toolexec.failopen import REDIS_ERRORS
 from toolexec.fallback.cache import LastGoodCache, LastGoodLayer
 from toolexec.fallback.chain import Action, ChainRunner, Deliver, Send
 from toolexec.faults import FaultConfig, FaultLayer, FaultStore
@@ -53,7 +54,7 @@ from toolexec.payloads import worker_payloads
 from toolexec.policies import RateLimitPolicy
 from toolexec.ratelimit import RateLimiter, RateLimitLayer
 from toolexec.registry import Registry, ToolSpec, default_registry
-from toolexec.replies import queue_reply
+from toolexec.replies import DELIVERY_GRACE_S, queue_reply
 from toolexec.results import ErrorInfo, ToolResult
 from toolexec.retry_after import RetryAfterCap
 from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
@@ -210,8 +211,14 @@ class WorkerRuntime:
             for answered, _, sent in answers:
                 queue_reply(pipe, self.keys, answered.reply_to, sent, answered.deadline - now)
 
-        batch.add(self.redis, queue)
-        batch.execute()
+        unsent: list[Exception] = []
+        batch.add(self.redis, queue, on_error=unsent.append)
+        try:
+            batch.execute()
+        except REDIS_ERRORS as exc:  # another owner's write; a lease left behind expires
+            log.warning("call %s: a write beside its answer failed: %s", ctx.call_id, exc)
+        if unsent:  # a Redis blip must not lose an answer already paid for
+            through_blips(lambda: _push(self.redis, queue), _delivery_window(ctx, now))
         for _, _, sent in answers:
             _log_outcome(sent)
 
@@ -272,6 +279,18 @@ class WorkerRuntime:
                 for m in messages
             ]
         )
+
+
+def _push(client: redis.Redis, queue: Callable[[Any], None]) -> None:
+    """The answers alone, in a pipeline of their own (built anew for each try)."""
+    pipe = client.pipeline(transaction=False)
+    queue(pipe)
+    pipe.execute()
+
+
+def _delivery_window(ctx: CallContext, now: float) -> float:
+    """How long an answer is worth retrying: while its caller still waits."""
+    return max(0.0, ctx.deadline - now) + DELIVERY_GRACE_S
 
 
 def _log_outcome(result: ToolResult) -> None:

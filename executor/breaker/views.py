@@ -23,7 +23,6 @@ __all__ = [
 ]
 
 
-
 class BreakerState(StrEnum):
     CLOSED = "closed"
     OPEN = "open"

@@ -55,6 +55,8 @@ class PreparedCall:
     secrets: frozenset[str] = frozenset()
     #: The task to send instead of the tool's own: its fallback chain, while its breaker is open.
     task: str | None = None
+    #: Whether the tool writes: a call of it left without an answer ends ``unknown``.
+    side_effects: bool = False
 
 
 class CallPreparer:
@@ -159,7 +161,10 @@ class CallPreparer:
         if problem is not None:
             return self._early(ctx, ErrorType.INVALID_ARGUMENTS, problem, _SEND_A_REFERENCE)
         secrets = secret_names(entry["parameters"])
-        return PreparedCall(ctx, inline, entry["policy"]["queue"], None, secrets)
+        side_effects = bool(entry["policy"].get("side_effects"))
+        return PreparedCall(
+            ctx, inline, entry["policy"]["queue"], None, secrets, side_effects=side_effects
+        )
 
     def _unserved(self, ctx: CallContext, queue: str) -> PreparedCall | None:
         """No live worker serves the queue: say so now instead of at the deadline."""

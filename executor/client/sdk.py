@@ -124,6 +124,7 @@ class ToolClient:
         self.redis.close()
         self.breakers.redis.close()
         self.gate.close()
+        self.waiter.close()
 
     def __enter__(self) -> ToolClient:
         return self

@@ -2,8 +2,11 @@
 
 Each call's result comes back on its batch's reply list
 (:class:`~toolexec.replies.ReplyBox`). A call with no answer by its deadline
-(plus a small grace) gets a ``deadline_exceeded`` result that says whether any
-worker has been seen: the client never waits forever.
+(plus a small grace) gets a ``deadline_exceeded`` result (``unknown`` for a
+tool with side effects, which may have run) that says whether any worker has
+been seen: the client never waits forever. Once a call is published the wait
+never raises a connection error: the boxes read again after a Redis blip
+until the deadline, on a client of their own whose reads cannot hang.
 """
 
 from __future__ import annotations
@@ -17,16 +20,22 @@ import redis
 from toolexec import catalog
 from toolexec.client.prepare import PreparedCall
 from toolexec.clock import Clock
-from toolexec.connection import async_redis_client, unavailable
+from toolexec.connection import async_reply_client, reply_client, unavailable
 from toolexec.errors import ErrorType
 from toolexec.execution import error_result
 from toolexec.keys import Keys
 from toolexec.liveness import ALIVE_WINDOW_S
-from toolexec.replies import ReplyBox
+from toolexec.replies import BLOCK_S, ReplyBox
 from toolexec.results import ErrorInfo, PayloadRef, ToolResult
 
 __all__ = ["ReplyWaiter"]
 
+
+_UNKNOWN_SUGGESTION = (
+    "The call was sent but no answer came back in time, so it may or may not have taken "
+    "effect. Verify the target state before doing it again; the same idempotency key "
+    "joins the call or returns its stored outcome."
+)
 
 
 class ReplyWaiter:
@@ -42,11 +51,16 @@ class ReplyWaiter:
         loader: Callable[[PayloadRef], Any],
     ) -> None:
         self.redis = client
+        # reply waits survive Redis blips on a client of their own (see ReplyBox)
+        self.replies = reply_client(url, block_s=BLOCK_S)
         self.url = url
         self.keys = keys
         self.grace_s = grace_s
         self.clock = clock
         self.loader = loader
+
+    def close(self) -> None:
+        self.replies.close()
 
     def collect(self, batch: Sequence[PreparedCall], timeout: float | None) -> list[ToolResult]:
         """Every call's result in the batch's order; waits at most ``timeout`` seconds."""
@@ -54,8 +68,8 @@ class ReplyWaiter:
         end = time.monotonic() + self._wait_for(batch, timeout)
         try:
             for box in boxes.values():
-                box.collect(self.redis, max(0.0, end - time.monotonic()))
-        except redis.RedisError as exc:
+                box.collect(self.replies, max(0.0, end - time.monotonic()))
+        except redis.RedisError as exc:  # not a blip (those are waited out): e.g. a refused AUTH
             raise unavailable(self.url, exc) from exc
         return self._assemble(batch, boxes)
 
@@ -63,7 +77,7 @@ class ReplyWaiter:
         """The asyncio form of :meth:`collect`; waiting does not hold a thread."""
         boxes = self._group(batch)
         end = time.monotonic() + self._wait_for(batch, None)
-        client = async_redis_client(self.url)
+        client = async_reply_client(self.url, block_s=BLOCK_S)
         try:
             for box in boxes.values():
                 await box.acollect(client, max(0.0, end - time.monotonic()))
@@ -101,19 +115,36 @@ class ReplyWaiter:
         return out
 
     def _no_reply(self, p: PreparedCall) -> ToolResult:
-        """No worker answered before the deadline: say why that may be."""
+        """No worker answered before the deadline: say why that may be.
+
+        A tool with side effects may have run all the same, so its call ends
+        ``unknown``, never as a failure a model would simply repeat.
+        """
         now = self.clock.now()
-        alive = catalog.workers_seen(self.redis, self.keys, now - ALIVE_WINDOW_S)
-        hint = (
-            f"{len(alive)} worker(s) sent a heartbeat in the last {ALIVE_WINDOW_S:g} s"
-            if alive
-            else f"no worker has sent a heartbeat in the last {ALIVE_WINDOW_S:g} s"
-        )
         info = ErrorInfo(
             type=ErrorType.DEADLINE_EXCEEDED,
-            message=f"no result arrived before the call's deadline ({hint}; queue {p.queue!r})",
+            message=f"no result arrived before the call's deadline ({self._workers_hint(now)}; "
+            f"queue {p.queue!r})",
             suggestion="The tool may be overloaded or no worker is running; try again later "
             "or continue without this result.",
             retryable=True,
         )
-        return error_result(p.ctx, info, attempts=0, now=now)
+        if p.side_effects:
+            info = info.model_copy(
+                update={
+                    "message": f"the outcome is unknown: {info.message}",
+                    "suggestion": _UNKNOWN_SUGGESTION,
+                    "retryable": False,
+                }
+            )
+        result = error_result(p.ctx, info, attempts=0, now=now)
+        return result.model_copy(update={"status": "unknown"}) if p.side_effects else result
+
+    def _workers_hint(self, now: float) -> str:
+        try:
+            alive = catalog.workers_seen(self.redis, self.keys, now - ALIVE_WINDOW_S)
+        except redis.RedisError:
+            return "Redis did not answer when asked which workers are alive"
+        if alive:
+            return f"{len(alive)} worker(s) sent a heartbeat in the last {ALIVE_WINDOW_S:g} s"
+        return f"no worker has sent a heartbeat in the last {ALIVE_WINDOW_S:g} s"

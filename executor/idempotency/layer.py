@@ -22,6 +22,7 @@ from pydantic_core import to_jsonable_python
 from toolexec.batch import Batch
 from toolexec.classify import classify_exception
 from toolexec.clock import Clock, SystemClock
+from toolexec.connection import through_blips
 from toolexec.errors import (
     IdempotencyMismatchError,
     ToolException,
@@ -34,6 +35,7 @@ from toolexec.idempotency.records import (
     UNCERTAIN_TYPES,
     Claim,
     FinalState,
+    Finished,
     Lease,
     Message,
     Mode,
@@ -310,7 +312,18 @@ class IdempotencyLayer(Layer):
             result = as_unknown(result)
         if held.confirmed:
             result = result.model_copy(update={"source": "check"})
-        finished = self.store.finish(held.lease, _final_state(held.mode, result), result)
+        tries = 0
+
+        def finish() -> Finished:
+            nonlocal tries
+            tries += 1
+            return self.store.finish(held.lease, _final_state(held.mode, result), result)
+
+        # through a Redis blip, while the caller still waits (issue 12: writes survive blips)
+        finished = through_blips(finish, max(0.0, attempt.ctx.deadline - self.clock.now()))
+        if not finished.stored and tries > 1:
+            # an earlier try may have stored it and lost only its reply: answer anyway
+            return Final(result)
         if not finished.stored:
             log.warning(
                 "call %s: a newer holder owns it (this run's token %d is stale); outcome dropped",

@@ -17,6 +17,7 @@ from toolexec.breaker.cli import breakers
 from toolexec.errors import InfrastructureError, ToolexecError
 from toolexec.ops.cli_support import EXIT_UNREACHABLE, Unreachable
 from toolexec.ops.faults_cli import faults
+from toolexec.ops.health import health
 from toolexec.ops.mcp_cli import mcp
 from toolexec.ops.pool_default import choose_pool
 from toolexec.ops.services_cli import flower, serve_embedded
@@ -262,6 +263,9 @@ def worker(
         argv += ["-c", str(choice.concurrency)]
     if settings.task_events:
         argv.append("-E")
+    # Mingle costs a second at every reconnect and gossip breaks on it (toolexec uses
+    # neither: no revokes to sync, no worker events to follow).
+    argv += ["--without-mingle", "--without-gossip"]
     app.worker_main([*telemetry.start(settings, metrics_port), *argv])
 
 
@@ -337,6 +341,7 @@ def embedded_stop() -> None:
 cli.add_command(breakers)
 cli.add_command(faults)
 cli.add_command(status)
+cli.add_command(health)
 cli.add_command(flower)
 cli.add_command(trace)
 cli.add_command(traces)

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import pytest
+import redis
 
-from toolexec.connection import celery_url, parse_cluster, parse_sentinel, redact_url
+from toolexec.connection import (
+    celery_url,
+    parse_cluster,
+    parse_sentinel,
+    redact_url,
+    through_blips,
+)
 from toolexec.errors import ConfigurationError
 
 SENTINELS = "sentinel://:pw@s1:26379/2;sentinel://s2:26380/2;sentinel://s3/2?master_name=mymaster"
@@ -85,3 +92,37 @@ def test_a_cluster_url_is_shown_with_its_password_masked() -> None:
         "rediss+cluster://app:***@10.0.0.1:7000,10.0.0.2:7001/0?ssl_cert_reqs=required"
     )
     assert redact_url("redis+cluster://h1:1,h2:2") == "redis+cluster://h1:1,h2:2"
+
+
+def test_through_blips_tries_again_after_a_blip_until_it_succeeds() -> None:
+    outcomes: list[Exception | str] = [redis.ConnectionError("reset"), redis.TimeoutError(), "ok"]
+    pauses: list[float] = []
+
+    def write() -> str:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    assert through_blips(write, within_s=10, sleep=pauses.append) == "ok"
+    assert len(pauses) == 2 and all(0 < p <= 1.0 for p in pauses)
+
+
+def test_through_blips_gives_up_after_its_time_with_the_last_error() -> None:
+    def write() -> None:
+        raise redis.ConnectionError("refused")
+
+    with pytest.raises(redis.ConnectionError):
+        through_blips(write, within_s=0.0, sleep=lambda _: None)
+
+
+def test_through_blips_does_not_retry_what_a_retry_cannot_cure() -> None:
+    calls: list[int] = []
+
+    def write() -> None:
+        calls.append(1)
+        raise redis.ResponseError("WRONGTYPE")
+
+    with pytest.raises(redis.ResponseError):
+        through_blips(write, within_s=10, sleep=lambda _: None)
+    assert calls == [1]

@@ -15,9 +15,7 @@ SUBMODULES = sorted(
     info.name for info in pkgutil.walk_packages(toolexec.__path__, prefix="toolexec.")
 )
 SUBPACKAGES = sorted(
-    info.name
-    for info in pkgutil.walk_packages(toolexec.__path__, prefix="toolexec.")
-    if info.ispkg
+    info.name for info in pkgutil.walk_packages(toolexec.__path__, prefix="toolexec.") if info.ispkg
 )
 
 
@@ -75,9 +73,7 @@ def test_a_subpackage_init_only_re_exports_its_own_modules(package_name: str) ->
         if not name.startswith("_") and not isinstance(value, types.ModuleType)
     }
     assert public == set(exported)
-    modules = [
-        importlib.import_module(m) for m in SUBMODULES if m.startswith(package_name + ".")
-    ]
+    modules = [importlib.import_module(m) for m in SUBMODULES if m.startswith(package_name + ".")]
     for name in exported:
         value = getattr(package, name)
         homes = [m for m in modules if name in m.__all__ and getattr(m, name) is value]

@@ -1,0 +1,151 @@
+"""The consumer Celery runs: it keeps consuming through broker flaps, and says it polls.
+
+Two parts. :class:`Consumer` is Celery's consumer with a reconnection pace
+fit for a blip: Celery asks kombu to wait 2 s, then 4, 6, ... up to 30 s
+between attempts, so after three restarts of Redis a worker would sit idle
+for seconds after Redis is back; here it tries every half second, then at
+most every 2 s (``worker_consumer`` in :mod:`toolexec.app`).
+
+:class:`LivenessBeat` is a consumer bootstep that writes a small JSON file
+once a second from inside the consumer's own event loop: when the file goes
+stale, the loop that polls the broker has stopped, whatever the process
+looks like from outside (Celery's reports of workers that "stop consuming
+after a reconnect" keep their process alive, so a PID check passes). The
+file also says how many slots are busy, which is what ``toolexec health``
+(:mod:`toolexec.ops.health`) needs to tell a busy worker from a stuck one.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from celery import bootsteps
+from celery.worker import state as worker_state
+from celery.worker.consumer import Consumer as CeleryConsumer
+
+__all__ = ["BEAT_S", "Beat", "Consumer", "LivenessBeat", "beat_dir", "read_beats"]
+
+log = logging.getLogger("toolexec.worker")
+
+#: How often the consumer loop writes its beat.
+BEAT_S = 1.0
+
+#: kombu's reconnection pace for the consumer: first retry, step, and longest pause (s).
+RECONNECT_START_S = 0.5
+RECONNECT_STEP_S = 0.5
+RECONNECT_MAX_S = 2.0
+
+
+class Consumer(CeleryConsumer):  # type: ignore[misc]
+    """Celery's consumer, reconnecting at the pace of a blip instead of an outage."""
+
+    def ensure_connected(self, conn: Any) -> Any:
+        conn.ensure_connection = functools.partial(
+            conn.ensure_connection,
+            interval_start=RECONNECT_START_S,
+            interval_step=RECONNECT_STEP_S,
+            interval_max=RECONNECT_MAX_S,
+        )
+        return super().ensure_connected(conn)
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What a worker's consumer loop last said about itself."""
+
+    hostname: str
+    pid: int
+    polled_at: float
+    concurrency: int
+    active: int
+    queues: tuple[str, ...]
+
+    @property
+    def idle_slots(self) -> int:
+        return max(0, self.concurrency - self.active)
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> Beat:
+        return cls(
+            hostname=str(raw["hostname"]),
+            pid=int(raw["pid"]),
+            polled_at=float(raw["polled_at"]),
+            concurrency=int(raw["concurrency"]),
+            active=int(raw["active"]),
+            queues=tuple(str(q) for q in raw["queues"]),
+        )
+
+
+def beat_dir(data_dir: Path) -> Path:
+    """Where the workers of this host write their beats (the data directory is per host)."""
+    return data_dir / "consumer-beats"
+
+
+def read_beats(data_dir: Path) -> list[Beat]:
+    """Every beat file of this host; unreadable ones (half written, foreign) are skipped."""
+    found = []
+    for path in sorted(beat_dir(data_dir).glob("*.json")):
+        try:
+            found.append(Beat.from_json(json.loads(path.read_text())))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+class LivenessBeat(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Writes the worker's beat from the consumer's event loop (see the module docstring)."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.path: Path | None = None
+        self.timer: Any = None
+
+    def start(self, parent: Any) -> None:
+        from toolexec.app import settings_of
+
+        directory = beat_dir(settings_of(parent.app).data_dir)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / f"{parent.hostname}.json"
+        # the hub's timer runs inside the loop that polls the broker: no loop, no beat
+        timer = parent.hub.timer if parent.hub is not None else parent.timer
+        self.timer = timer.call_repeatedly(BEAT_S, self.beat, (parent,))
+        self.beat(parent)
+
+    def beat(self, parent: Any) -> None:
+        if self.path is None:
+            return
+        beat = Beat(
+            hostname=parent.hostname,
+            pid=os.getpid(),
+            polled_at=time.time(),
+            concurrency=int(parent.controller.concurrency or 1),
+            active=len(worker_state.active_requests),
+            queues=tuple(sorted(q.name for q in parent.task_consumer.queues))
+            if parent.task_consumer is not None
+            else (),
+        )
+        part = self.path.with_suffix(".tmp")
+        try:
+            part.write_text(json.dumps(asdict(beat)))
+            part.replace(self.path)
+        except OSError as exc:  # a full disk must not stop the consumer
+            log.warning("liveness beat not written: %s", exc)
+
+    def stop(self, parent: Any) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def shutdown(self, parent: Any) -> None:
+        self.stop(parent)
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
