@@ -113,7 +113,11 @@ class BreakerGate:
         self.breakers = breakers
         self.keys = keys
         self.clock = clock or SystemClock()
-        self._lock = threading.Lock()
+        # Re-entrant: subscribing happens under the lock, and redis-py may run a
+        # connect callback (_on_reconnect, which takes it too) on this same thread
+        # when the pub/sub connection it hands out had one from an earlier
+        # subscription; a plain Lock deadlocked there after a Redis restart.
+        self._lock = threading.RLock()
         self._gates: dict[str, str | None] = {}  # gate key -> value (None: absent, closed)
         self._epoch = 0  # moves on every published change and every loss of the subscription
         self._listener: tuple[PubSub, PubSubWorkerThread] | None = None
