@@ -421,7 +421,7 @@ def _row(
     digits: int = 2,
     ratio: float | None = None,
 ) -> list[str]:
-    if ratio is None:
+    if ratio is None and values[BASE] > 0:
         ratio = values["toolexec"] / values[BASE]
     verdict = "" if ok is None else (" PASS" if ok else " FAIL")
     return [
@@ -429,7 +429,8 @@ def _row(
         _fmt(values["plain"], digits),
         _fmt(values[BASE], digits),
         _fmt(values["toolexec"], digits),
-        f"{ratio:.2f}x",
+        # a baseline of 0 (a short run below /proc's 10 ms CPU tick) has no ratio
+        "n/a" if ratio is None else f"{ratio:.2f}x",
         f"{target}{verdict}",
     ]
 
