@@ -49,9 +49,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # Acknowledge after the call, and send it again if the worker dies mid-call;
         # Celery 5.7 counts that resend against max_retries, so it cannot loop.
         # (task_retry_on_worker_lost covers a prefork child that dies; a whole worker
-        # killed leaves its messages unacked until the visibility timeout, and
-        # side-effecting calls are handed over sooner by their leases: see
-        # toolexec.idempotency and Settings.visibility_timeout.)
+        # killed leaves its messages unacked, and on a Redis broker the other workers
+        # put them back within seconds (toolexec.orphans) while a call that had
+        # started is handed over by its lease (toolexec.idempotency); the visibility
+        # timeout stays as the last backstop: Settings.visibility_timeout.)
         "task_acks_late": True,
         "task_retry_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
@@ -80,9 +81,11 @@ def create_app(settings: Settings | None = None, name: str = "toolexec") -> Cele
     """A Celery app for ``settings``; configured lazily when ``settings`` is None."""
     transport_patch.install()  # a worker must survive Redis flapping (see the module)
     celery_app = Celery(name, set_as_current=False)
-    from toolexec.consumer import LivenessBeat  # imports celery.worker: not at module level
+    # imports celery.worker: not at module level
+    from toolexec.consumer import LivenessBeat, OrphanWatchStep
 
     celery_app.steps["consumer"].add(LivenessBeat)
+    celery_app.steps["consumer"].add(OrphanWatchStep)
     if settings is not None:
         celery_app.conf.update(celery_config(settings))
         celery_app.conf.toolexec_settings = settings

@@ -13,6 +13,10 @@ looks like from outside (Celery's reports of workers that "stop consuming
 after a reconnect" keep their process alive, so a PID check passes). The
 file also says how many slots are busy, which is what ``toolexec health``
 (:mod:`toolexec.ops.health`) needs to tell a busy worker from a stuck one.
+
+:class:`OrphanWatchStep` runs :class:`toolexec.orphans.OrphanWatch` for a
+Redis broker, so that a killed worker's messages go back to their queues
+within seconds instead of the visibility timeout.
 """
 
 from __future__ import annotations
@@ -30,7 +34,15 @@ from celery import bootsteps
 from celery.worker import state as worker_state
 from celery.worker.consumer import Consumer as CeleryConsumer
 
-__all__ = ["BEAT_S", "Beat", "Consumer", "LivenessBeat", "beat_dir", "read_beats"]
+__all__ = [
+    "BEAT_S",
+    "Beat",
+    "Consumer",
+    "LivenessBeat",
+    "OrphanWatchStep",
+    "beat_dir",
+    "read_beats",
+]
 
 log = logging.getLogger("toolexec.worker")
 
@@ -149,3 +161,46 @@ class LivenessBeat(bootsteps.StartStopStep):  # type: ignore[misc]
         self.stop(parent)
         if self.path is not None:
             self.path.unlink(missing_ok=True)
+
+
+class OrphanWatchStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Starts this process's :class:`~toolexec.orphans.OrphanWatch` before it consumes.
+
+    Every step but the event loop starts before the first message is read, so
+    the consumer's first beat is written before it holds anything. RabbitMQ
+    requeues a dead consumer's messages itself: there the step does nothing.
+    """
+
+    requires = ("celery.worker.consumer.connection:Connection",)
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.watch: Any = None
+
+    def start(self, parent: Any) -> None:
+        if self.watch is not None or parent.connection.transport.driver_type != "redis":
+            return
+        from toolexec import orphans
+        from toolexec.app import settings_of
+        from toolexec.keys import BrokerKeys
+
+        app = parent.app
+        keys = BrokerKeys()
+
+        def connect() -> Any:
+            return app.connection_for_write().default_channel
+
+        self.watch = orphans.OrphanWatch(
+            connect,
+            keys,
+            orphans.activate(keys),
+            visibility_timeout=settings_of(app).visibility_timeout,
+        )
+        self.watch.tick()
+        self.watch.start()
+
+    def shutdown(self, parent: Any) -> None:
+        # No goodbye: kombu restores what a stopping worker holds, and the alive
+        # key's expiry lets the other watchers forget this consumer.
+        if self.watch is not None:
+            self.watch.stop()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-__all__ = ["SHARD_BUCKETS", "Keys", "bucket_of"]
+__all__ = ["SHARD_BUCKETS", "BrokerKeys", "Keys", "bucket_of"]
 
 #: How many buckets each fleet-wide index (idempotency leases, in-flight
 #: attempts, per-minute stats) is split into. Each bucket is its own hash tag,
@@ -299,6 +299,60 @@ class Keys:
         """
         return f"{self.prefix}:faults:{{{tool}}}:n"
 
+
+@dataclass(frozen=True)
+class BrokerKeys:
+    """Keys toolexec keeps beside kombu's own in a Redis *broker* (``toolexec.orphans``).
+
+    They live where kombu's ``unacked`` hash lives, which may be another Redis
+    than toolexec's state (``TOOLEXEC_BROKER_URL``), because a dead consumer's
+    messages are restored from that hash. kombu's ``global_keyprefix``, when
+    set, is added by its client. ``consumer`` is one consumer process's id.
+    """
+
+    prefix: str = "toolexec"
+
+    def consumers(self) -> str:
+        """Set: the ids of consumer processes that took messages from this broker.
+
+        No TTL: a member goes when a watcher has restored its messages
+        (:meth:`held`); one per worker process ever started, until then.
+        """
+        return f"{self.prefix}:consumers"
+
+    def alive(self, consumer: str) -> str:
+        """String: present while ``consumer`` beats. TTL :data:`CONSUMER_ALIVE_TTL_S`.
+
+        Its expiry is the death certificate, kept by Redis's own clock so that
+        skew between hosts cannot declare a live worker dead.
+        """
+        return f"{self.prefix}:consumer:{consumer}:alive"
+
+    def held(self, consumer: str) -> str:
+        """Set: delivery tags ``consumer`` took and has not acknowledged.
+
+        Written in the same round trip as kombu's own unacked record. TTL: the
+        broker's visibility timeout plus a minute, refreshed by every beat:
+        past that kombu itself has restored whatever a dead consumer held.
+        """
+        return f"{self.prefix}:consumer:{consumer}:held"
+
+    def reaping(self, consumer: str) -> str:
+        """String: which watcher is restoring a dead ``consumer``'s messages.
+
+        TTL :data:`REAP_LOCK_S`: a watcher that dies mid-way lets another one
+        finish the work (restoring a message twice is harmless: kombu's restore
+        finds it gone).
+        """
+        return f"{self.prefix}:consumer:{consumer}:reaping"
+
+
+#: A consumer that has not beaten for this long is dead: five missed beats of one
+#: second, so a host busy for a few seconds is not declared dead.
+CONSUMER_ALIVE_TTL_S = 5.0
+
+#: How long a watcher may take to restore one dead consumer's messages.
+REAP_LOCK_S = 30.0
 
 #: A token-bucket retry budget nobody touched for an hour starts full again:
 #: whatever failed then says nothing about the service now.

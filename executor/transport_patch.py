@@ -27,19 +27,26 @@ caller waits until its deadline (measured: about one call per Redis flap
 under load). The patched ``append`` retries the write through the blip for a
 few seconds and, if Redis stays away, keeps the message anyway: it runs, only
 without the record that would hand it on if this worker died too.
+
+A third one makes the same round trip note the message in this consumer's
+held set, and the acknowledgement's remove it (:mod:`toolexec.orphans`), so
+that a killed worker's messages go back to their queues within seconds.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 import redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import base as virtual
+from kombu.utils.json import dumps
 
+from toolexec import orphans
 from toolexec.connection import BLIPS, through_blips
 
 __all__ = ["install"]
@@ -61,7 +68,8 @@ def install() -> None:
     # setattr: mypy rightly objects to assigning methods, which is what a patch is
     setattr(channel, "_connparams", _keeping_conninfo(channel._connparams))  # noqa: B010
     qos = kombu_redis.QoS
-    setattr(qos, "append", _keeping_taken_messages(qos.append))  # noqa: B010
+    setattr(qos, "append", _keeping_taken_messages(_noting_held))  # noqa: B010
+    setattr(qos, "_remove_from_indices", _forgetting_held(qos._remove_from_indices))  # noqa: B010
     setattr(channel, "_toolexec_patched", True)  # noqa: B010
 
 
@@ -96,3 +104,35 @@ def _keeping_taken_messages(original: Callable[..., None]) -> Callable[..., None
             virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
 
     return append
+
+
+def _noting_held(self: Any, message: Any, delivery_tag: Any) -> None:
+    """kombu's unacked record of a taken message, plus this consumer's held set: one round trip.
+
+    The record's layout is the one kombu's ``restore_by_tag`` reads back (the
+    raw message, its exchange and routing key); ``tests/integration/
+    test_orphans.py`` restores through kombu what this wrote.
+    """
+    delivery = message.delivery_info
+    entry = dumps([message._raw, delivery["exchange"], delivery["routing_key"]])  # type: ignore[no-untyped-call]
+    held = orphans.held_key()
+    with self.channel.conn_or_acquire() as client:
+        pipe = client.pipeline()
+        pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()})
+        pipe.hset(self.unacked_key, delivery_tag, entry)
+        if held is not None:
+            pipe.sadd(held, delivery_tag)
+        pipe.execute()
+    virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
+
+
+def _forgetting_held(original: Callable[..., Any]) -> Callable[..., Any]:
+    """Whatever removes a tag from kombu's unacked record removes it from the held set."""
+
+    @functools.wraps(original)
+    def remove(self: Any, delivery_tag: Any, pipe: Any = None) -> Any:
+        queued = original(self, delivery_tag, pipe)
+        held = orphans.held_key()
+        return queued if held is None else queued.srem(held, delivery_tag)
+
+    return remove

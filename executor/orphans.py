@@ -1,0 +1,242 @@
+"""Messages a killed worker had taken go back to their queues within seconds.
+
+kombu's Redis transport records every message a consumer takes, until it is
+acknowledged, in one broker-wide hash (``unacked``) with the time it was
+taken. Nothing there says which consumer holds it, so a killed worker's
+messages come back only after the visibility timeout (``max_timeout`` + 60 s:
+minutes). A call that had started is handed over sooner by its lease
+(:mod:`toolexec.idempotency`); a message taken but not started yet (waiting
+for a slot, or for its ETA) held no lease, and its caller waited out its
+deadline. That was the last way a killed worker lost calls (``bench/chaos.py``
+soak: 3 of 14 669; ``tests/chaos`` lost one in about one run of four).
+
+RabbitMQ requeues a consumer's unacknowledged messages as soon as its
+connection drops. This module gives the Redis transport the same rule:
+
+* each consumer process notes the delivery tags it holds in a set of its own,
+  inside the round trip kombu makes anyway to record them
+  (:mod:`toolexec.transport_patch`), and removes them in the acknowledgement's;
+* its :class:`OrphanWatch` beats an alive key whose TTL Redis keeps;
+* every worker's watcher restores, with kombu's own restore, the messages of a
+  consumer whose alive key is gone, then forgets that consumer.
+
+A restored message of a call that had started meets its idempotency record:
+a duplicate while the lease lives, a replay once it ended, never a second run
+of a side effect. A worker wrongly judged dead (frozen for longer than
+:data:`~toolexec.keys.CONSUMER_ALIVE_TTL_S`) gets its read-only calls run
+twice, which is the at-least-once rule those calls already have.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kombu.exceptions import OperationalError
+
+from toolexec.clock import Clock, SystemClock
+from toolexec.connection import BLIPS
+from toolexec.keys import CONSUMER_ALIVE_TTL_S, REAP_LOCK_S, BrokerKeys
+
+__all__ = [
+    "OrphanWatch",
+    "activate",
+    "dead_consumers",
+    "deactivate",
+    "held_key",
+    "may_judge",
+]
+
+log = logging.getLogger("toolexec.worker")
+
+#: A broker that is away: kombu wraps Redis's errors when it (re)connects.
+_AWAY: tuple[type[BaseException], ...] = (*BLIPS, OperationalError, OSError)
+
+#: How often a watcher beats and looks for dead consumers: five beats fit in an
+#: alive key's TTL, and a look is two small pipelines on the broker.
+WATCH_S = 1.0
+
+#: A held set outlives its consumer by the visibility timeout plus this: by then
+#: kombu has restored whatever it held (``BrokerKeys.held``).
+HELD_MARGIN_S = 60
+
+
+@dataclass(frozen=True)
+class _Holder:
+    consumer: str
+    held: str
+    pid: int
+
+
+_holder: _Holder | None = None
+
+
+def activate(keys: BrokerKeys) -> str:
+    """Give this process a consumer id, from which on it notes what it holds.
+
+    Once per process: a forked child (prefork's pool) does not consume, and a
+    consumer that reconnects keeps its id, so its held set stays one set.
+    """
+    global _holder
+    if _holder is None or _holder.pid != os.getpid():
+        consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        _holder = _Holder(consumer, keys.held(consumer), os.getpid())
+    return _holder.consumer
+
+
+def deactivate() -> None:
+    """Stop noting held messages in this process (a worker never does: it dies with them)."""
+    global _holder
+    _holder = None
+
+
+def held_key() -> str | None:
+    """The held set of this process's consumer, or None when no watcher runs here.
+
+    Without a watcher nobody would beat for the set or ever clear it, so a
+    process that is not a worker (a script consuming with kombu) notes nothing.
+    """
+    if _holder is None or _holder.pid != os.getpid():
+        return None
+    return _holder.held
+
+
+def may_judge(now: float, connected_since: float | None, alive_ttl_s: float) -> bool:
+    """Whether this watcher may call others dead: only after an alive key's TTL connected.
+
+    After a Redis restart or a network cut every consumer's alive key may be
+    gone at once; the others need one TTL of beats to write theirs again.
+    """
+    return connected_since is not None and now - connected_since >= alive_ttl_s
+
+
+def dead_consumers(members: Sequence[str], alive: Sequence[bool], me: str) -> list[str]:
+    """The members whose alive key is gone, never this watcher's own consumer."""
+    return [m for m, beating in zip(members, alive, strict=True) if not beating and m != me]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class OrphanWatch:
+    """Beats for this process's consumer and restores dead consumers' messages.
+
+    ``connect`` returns a kombu Redis channel of the broker (its ``client``
+    and ``qos`` are used); it is called again after a connection error.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        keys: BrokerKeys,
+        consumer: str,
+        *,
+        visibility_timeout: float,
+        clock: Clock | None = None,
+        alive_ttl_s: float = CONSUMER_ALIVE_TTL_S,
+    ) -> None:
+        self.connect = connect
+        self.keys = keys
+        self.consumer = consumer
+        self.held_ttl_s = int(visibility_timeout) + HELD_MARGIN_S
+        self.clock = clock or SystemClock()
+        self.alive_ttl_s = alive_ttl_s
+        self._channel: Any = None
+        self._connected_since: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def tick(self) -> int:
+        """One beat, then one look for the dead; returns how many messages were restored."""
+        try:
+            if self._channel is None:
+                self._channel = self.connect()
+            self._beat(self._channel.client)
+            now = self.clock.now()
+            if self._connected_since is None:
+                self._connected_since = now
+            if not may_judge(now, self._connected_since, self.alive_ttl_s):
+                return 0
+            return sum(self._reap(self._channel, dead) for dead in self._dead(self._channel.client))
+        except _AWAY as exc:
+            log.debug("orphan watch: broker unreachable (%s); next beat retries", exc)
+            self._drop()
+            return 0
+
+    def _drop(self) -> None:
+        channel, self._channel = self._channel, None
+        self._connected_since = None
+        if channel is None:
+            return
+        try:
+            channel.connection.client.release()
+        except Exception as exc:  # a connection that is already broken may fail to close
+            log.debug("orphan watch: closing the old broker connection: %s", exc)
+
+    def _beat(self, client: Any) -> None:
+        pipe = client.pipeline(transaction=False)
+        pipe.set(self.keys.alive(self.consumer), 1, px=int(self.alive_ttl_s * 1000))
+        pipe.sadd(self.keys.consumers(), self.consumer)
+        pipe.expire(self.keys.held(self.consumer), self.held_ttl_s)
+        pipe.execute()
+
+    def _dead(self, client: Any) -> list[str]:
+        members = sorted(_text(m) for m in client.smembers(self.keys.consumers()))
+        if not members:
+            return []
+        pipe = client.pipeline(transaction=False)
+        for member in members:
+            pipe.exists(self.keys.alive(member))
+        return dead_consumers(members, [bool(n) for n in pipe.execute()], self.consumer)
+
+    def _reap(self, channel: Any, dead: str) -> int:
+        """Restore ``dead``'s messages; one watcher at a time per dead consumer."""
+        client = channel.client
+        lock = self.keys.reaping(dead)
+        if not client.set(lock, self.consumer, nx=True, px=int(REAP_LOCK_S * 1000)):
+            return 0
+        tags = [_text(t) for t in client.smembers(self.keys.held(dead))]
+        pipe = client.pipeline(transaction=False)
+        for tag in tags:
+            pipe.hexists(channel.unacked_key, tag)
+        waiting = [t for t, present in zip(tags, pipe.execute(), strict=True) if present]
+        for tag in waiting:
+            channel.qos.restore_by_tag(tag, client=client)
+        pipe = client.pipeline(transaction=False)
+        pipe.delete(self.keys.held(dead))
+        pipe.srem(self.keys.consumers(), dead)
+        pipe.delete(lock)
+        pipe.execute()
+        if waiting:
+            log.warning(
+                "worker consumer %s stopped beating; %d message(s) it had taken are back in "
+                "their queues",
+                dead,
+                len(waiting),
+            )
+        return len(waiting)
+
+    def start(self) -> OrphanWatch:
+        self._thread = threading.Thread(target=self._loop, name="toolexec-orphans", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * WATCH_S)
+        self._drop()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(WATCH_S):
+            try:
+                self.tick()
+            except Exception as exc:  # a missed look must never stop the worker
+                log.warning("orphan watch failed: %s: %s", type(exc).__name__, exc)

@@ -1,0 +1,132 @@
+"""A consumer's held messages, noted beside kombu's own record, go back when it dies.
+
+These run kombu against the suite's real Redis as a broker (no worker): the
+message a "dead" consumer took stays in kombu's unacked hash, and another
+watcher restores it with kombu's own restore, which also proves that the
+patched record is in the layout kombu reads back. ``tests/chaos`` kills a real
+worker for the same thing end to end.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cluster_support import cluster_run
+from kombu import Connection
+
+from toolexec import orphans, transport_patch
+from toolexec.clock import ManualClock
+from toolexec.keys import BrokerKeys
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(cluster_run(), reason="a Redis Cluster cannot be a kombu broker"),
+]
+
+
+def _wait(check: Any, timeout: float = 10.0) -> Any:
+    give_up = time.monotonic() + timeout
+    while time.monotonic() < give_up:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+@pytest.fixture
+def broker(redis_url: str) -> Iterator[Connection]:
+    transport_patch.install()
+    conn = Connection(redis_url)
+    yield conn
+    orphans.deactivate()
+    conn.release()
+
+
+@pytest.fixture
+def keys(broker: Connection) -> Iterator[BrokerKeys]:
+    """Keys of this test's own: the suite's workers watch the default ones."""
+    made = BrokerKeys(prefix=f"t-orphans-{uuid.uuid4().hex[:8]}")
+    yield made
+    client = broker.default_channel.client
+    leftovers = list(client.scan_iter(f"{made.prefix}:*"))
+    if leftovers:
+        client.delete(*leftovers)
+
+
+def _watch(broker: Connection, keys: BrokerKeys, consumer: str, **kw: Any) -> orphans.OrphanWatch:
+    def connect() -> Any:
+        return broker.clone().default_channel
+
+    return orphans.OrphanWatch(connect, keys, consumer, visibility_timeout=3600, **kw)
+
+
+def _take(broker: Connection, queue: str) -> Any:
+    """Take one message and keep it unacknowledged, as a worker does while it runs a call."""
+    message = broker.SimpleQueue(queue, no_ack=False).get(timeout=5)
+    assert message is not None
+    return message
+
+
+def test_a_dead_consumers_message_is_back_in_its_queue(broker: Connection, keys: BrokerKeys) -> None:
+    queue = f"t-orphans-{uuid.uuid4().hex[:8]}"
+    broker.SimpleQueue(queue).put({"call": 1})
+    dead = orphans.activate(keys)
+    # its own watch beats once, with a TTL short enough to watch it expire
+    _watch(broker, keys, dead, alive_ttl_s=0.3).tick()
+    taken = _take(broker, queue)
+    client = broker.default_channel.client
+    assert client.sismember(keys.held(dead), taken.delivery_tag)
+    orphans.deactivate()  # the consumer "dies": nobody beats or acks for it any more
+
+    clock = ManualClock(1000.0)
+    other = _watch(broker, keys, "other", clock=clock, alive_ttl_s=0.3)
+    assert other.tick() == 0  # just connected: nobody is judged yet
+    _wait(lambda: not client.exists(keys.alive(dead)))
+    clock.advance(1.0)
+
+    assert other.tick() == 1
+    again = broker.clone().SimpleQueue(queue, no_ack=False).get(timeout=5)
+    assert again.payload == {"call": 1}
+    assert again.delivery_info.get("redelivered") or again.headers.get("redelivered")
+    again.ack()
+    assert not client.exists(keys.held(dead))
+    assert not client.sismember(keys.consumers(), dead)
+
+
+def test_an_acknowledged_message_leaves_nothing_to_restore(
+    broker: Connection, keys: BrokerKeys
+) -> None:
+    queue = f"t-orphans-{uuid.uuid4().hex[:8]}"
+    broker.SimpleQueue(queue).put({"call": 2})
+    me = orphans.activate(keys)
+    taken = _take(broker, queue)
+    client = broker.default_channel.client
+    assert client.sismember(keys.held(me), taken.delivery_tag)
+
+    taken.ack()
+
+    assert not client.sismember(keys.held(me), taken.delivery_tag)
+
+
+def test_a_beating_consumers_messages_stay_with_it(broker: Connection, keys: BrokerKeys) -> None:
+    queue = f"t-orphans-{uuid.uuid4().hex[:8]}"
+    broker.SimpleQueue(queue).put({"call": 3})
+    alive = orphans.activate(keys)
+    own = _watch(broker, keys, alive)
+    own.tick()
+    taken = _take(broker, queue)
+    clock = ManualClock(1000.0)
+    other = _watch(broker, keys, "other", clock=clock)
+    other.tick()
+    clock.advance(60.0)
+
+    assert other.tick() == 0
+    client = broker.default_channel.client
+    assert client.hexists(broker.default_channel.unacked_key, taken.delivery_tag)
+    assert client.sismember(keys.held(alive), taken.delivery_tag)
+    taken.ack()
