@@ -47,8 +47,8 @@ from toolexec.keys import CONSUMER_ALIVE_TTL_S, REAP_LOCK_S, BrokerKeys
 __all__ = [
     "OrphanWatch",
     "activate",
-    "dead_consumers",
     "deactivate",
+    "dead_consumers",
     "held_key",
     "may_judge",
 ]
