@@ -72,7 +72,9 @@ def _take(broker: Connection, queue: str) -> Any:
     return message
 
 
-def test_a_dead_consumers_message_is_back_in_its_queue(broker: Connection, keys: BrokerKeys) -> None:
+def test_a_dead_consumers_message_is_back_in_its_queue(
+    broker: Connection, keys: BrokerKeys
+) -> None:
     queue = f"t-orphans-{uuid.uuid4().hex[:8]}"
     broker.SimpleQueue(queue).put({"call": 1})
     dead = orphans.activate(keys)
