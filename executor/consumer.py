@@ -185,7 +185,8 @@ class OrphanWatchStep(bootsteps.StartStopStep):  # type: ignore[misc]
         from toolexec.keys import BrokerKeys
 
         app = parent.app
-        keys = BrokerKeys()
+        settings = settings_of(app)
+        keys = BrokerKeys(settings.key_prefix)
 
         def connect() -> Any:
             return app.connection_for_write().default_channel
@@ -194,7 +195,7 @@ class OrphanWatchStep(bootsteps.StartStopStep):  # type: ignore[misc]
             connect,
             keys,
             orphans.activate(keys),
-            visibility_timeout=settings_of(app).visibility_timeout,
+            visibility_timeout=settings.visibility_timeout,
         )
         self.watch.tick()
         self.watch.start()
