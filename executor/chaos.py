@@ -330,7 +330,7 @@ class Tally:
             count["hung"],
             recovery_after(records, back_at),
             (sum(r.outcome == "ok" for r in in_flight), len(in_flight)) if in_flight else None,
-            notes,
+            _with_lost(notes, records),
             slowest_in_flight_s=max((r.ended - r.started for r in in_flight), default=None),
         )
 
@@ -342,6 +342,14 @@ class Tally:
         if self.in_flight_ok is None or not self.in_flight_ok[1]:
             return None
         return self.in_flight_ok[0] / self.in_flight_ok[1]
+
+
+def _with_lost(notes: str, records: Sequence[CallRecord]) -> str:
+    """``notes``, plus the ids of lost calls: what to look for in the workers' logs."""
+    lost = [f"{r.call_id} ({r.detail or 'no answer'})" for r in records if r.outcome == "lost"]
+    if not lost:
+        return notes
+    return "; ".join(filter(None, [notes, "lost: " + ", ".join(lost)]))
 
 
 def recovery_after(records: Sequence[CallRecord], back_at: float | None) -> float | None:
