@@ -14,7 +14,8 @@ Two kinds of Redis cost differ. Most commands spread over every shard by key
 slot by design (one circuit breaker, one retry budget) and every call that
 uses it runs its script on that slot's one shard, however many shards there
 are. ``hot_ms`` is that part, ``hot_share`` the fraction of calls that share
-one such slot (1.0: one breaker in front of every call).
+one such slot (1.0: one breaker in front of every call); the other calls' such
+state is on other slots, spread like the rest.
 
 Pure functions of their inputs (the simulation takes its random seed): the
 bench (bench/capacity_sim.py) measures the inputs and prints the tables.
@@ -52,15 +53,19 @@ class CallCost:
     hot_ms: float = 0.0  # on one slot's shard, for the calls that share it
     messages: float = 1.0  # broker messages a call: 1, +1 a retry, +1 a fallback step
 
-    def total_ms(self, hot_share: float = 1.0) -> float:
-        """Every party's CPU for one call; the hot slot's part for the calls that use it."""
+    def total_ms(self) -> float:
+        """Every party's CPU for one call (the hot part is CPU wherever it lands)."""
         return (
             self.worker_ms
             + self.client_ms
             + self.broker_ms * self.messages
             + self.redis_ms
-            + self.hot_ms * hot_share
+            + self.hot_ms
         )
+
+    def spread_ms(self, hot_share: float) -> float:
+        """Redis CPU per call that spreads over the shards: the hot part of other slots too."""
+        return self.redis_ms + self.hot_ms * (1.0 - hot_share)
 
 
 @dataclass(frozen=True)
@@ -105,11 +110,11 @@ def capacities(cost: CallCost, fleet: Fleet) -> dict[str, float]:
     hot = fleet.hot_share * cost.hot_ms
     if fleet.shared_cores is not None:
         out[HOT] = _per_s(1.0, hot)  # Redis runs a shard's commands on one thread
-        out["shared cores"] = _per_s(fleet.shared_cores, cost.total_ms(fleet.hot_share))
+        out["shared cores"] = _per_s(fleet.shared_cores, cost.total_ms())
         return out
     out["worker CPU"] = _per_s(fleet.worker_cores, cost.worker_ms)
     out["client CPU"] = _per_s(fleet.client_cores, cost.client_ms)
-    spread = cost.redis_ms / fleet.redis_shards
+    spread = cost.spread_ms(fleet.hot_share) / fleet.redis_shards
     out[HOT if hot > spread else SHARD] = _per_s(1.0, spread + hot)
     broker = cost.broker_ms * cost.messages
     out["broker CPU"] = _per_s(fleet.broker_nodes * fleet.broker_cores, broker)
@@ -159,7 +164,7 @@ def _shards(cost: CallCost, need: float, hot_share: float) -> int:
     room = 1000.0 - need * hot_share * cost.hot_ms
     if room <= 0:
         room = 1000.0
-    return max(1, math.ceil(need * cost.redis_ms / room))
+    return max(1, math.ceil(need * cost.spread_ms(hot_share) / room))
 
 
 # -- the simulation --------------------------------------------------------------------
@@ -220,8 +225,10 @@ def _route(cost: CallCost, fleet: Fleet, rng: random.Random) -> list[tuple[str, 
         hops.append((queue, 1000.0 * cost.messages / fleet.queue_msgs_s))
     hops.append((pool or f"shard {rng.randrange(fleet.redis_shards)}", cost.redis_ms / 2))
     hops.append((pool or "worker CPU", cost.worker_ms))
-    if cost.hot_ms > 0 and rng.random() < fleet.hot_share:
-        hops.append((HOT if pool else "shard 0", cost.hot_ms))  # the slot lives on shard 0
+    if cost.hot_ms > 0:  # the shared slot lives on shard 0; other calls' slots anywhere
+        hot = rng.random() < fleet.hot_share
+        shard = "shard 0" if hot else f"shard {rng.randrange(fleet.redis_shards)}"
+        hops.append((HOT if pool and hot else pool or shard, cost.hot_ms))
     hops.append((pool or f"shard {rng.randrange(fleet.redis_shards)}", cost.redis_ms / 2))
     hops.append((pool or "client CPU", cost.client_ms / 2))
     return hops

@@ -65,7 +65,7 @@ def test_a_retry_or_a_fallback_step_costs_the_broker_and_its_queues_a_message_mo
 
 def test_a_shared_machine_is_one_pool_for_every_party() -> None:
     fleet = Fleet(shared_cores=2.0)
-    assert bottleneck(COST, fleet) == ("shared cores", pytest.approx(2000.0 / COST.total_ms(0.0)))
+    assert bottleneck(COST, fleet) == ("shared cores", pytest.approx(2000.0 / COST.total_ms()))
 
 
 @pytest.mark.parametrize("rate", [1_000, 10_000, 100_000])
@@ -102,7 +102,7 @@ def test_an_idle_fleet_answers_in_the_sum_of_its_service_times() -> None:
     result = simulate(COST, fleet, rate=100.0, calls=4_000, seed=5)
     assert result.throughput == pytest.approx(100.0, rel=0.1)
     # exponential service: the median of a sum of 7 exponentials is below its mean
-    assert 0.5 * COST.total_ms(0.0) < result.p50_ms < COST.total_ms(0.0)
+    assert 0.5 * COST.total_ms() < result.p50_ms < COST.total_ms()
     assert max(result.utilisation.values()) < 0.1
 
 
