@@ -177,7 +177,7 @@ class _Station:
     servers: int
     speed: float = 1.0  # cores / servers: 1.6 cores are two servers at 0.8
     busy: int = 0
-    waiting: deque[tuple[int, float]] = field(default_factory=deque)
+    waiting: deque[tuple[int, int]] = field(default_factory=deque)
     busy_ms: float = 0.0
 
 
