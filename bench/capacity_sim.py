@@ -37,7 +37,7 @@ from scaling import ClusterMeter, rabbit_pid, throughput, tree_cpu, workers
 from toolexec.capacity import CallCost, Fleet, bottleneck, capacities, simulate, size_fleet
 from toolexec.localcluster import LocalCluster
 
-BROKER = "amqp://guest:guest@127.0.0.1:5672/tx-cluster"
+BROKER = "amqp://guest:guest@127.0.0.1:5672//"
 CALLERS = 24  # scaling.py: 2 client processes x 12 threads
 
 #: docs/scaling.md section 3's call (breaker, idempotency key, run guard): CPU ms per call.

@@ -9,7 +9,7 @@ its confirm, as Celery's ``confirm_publish``) and consumer processes
 deleted at the end, for ``--seconds``. RabbitMQ's CPU is its Erlang VM's
 (``/proc``); other sessions' traffic on the same broker counts in it too.
 
-    .venv/bin/python bench/rabbit_queue.py [--broker amqp://guest:guest@127.0.0.1:5672/tx-cluster]
+    .venv/bin/python bench/rabbit_queue.py [--broker amqp://guest:guest@127.0.0.1:5672//]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import amqp
 from _common import command_line, cpu_seconds, markdown_table, progress
 from scaling import rabbit_pid
 
-BROKER = "amqp://guest:guest@127.0.0.1:5672/tx-cluster"
+BROKER = "amqp://guest:guest@127.0.0.1:5672//"
 #: About a toolexec task message (headers, arguments, call context).
 BODY = b"x" * 1200
 PREFETCH = 64

@@ -37,8 +37,8 @@ TIMEOUT_S = 4.0
 #: grace plus scheduling slack on a loaded 2-core machine.
 LATE_S = 1.0 + 1.5
 #: By then every client must see the new master: the election (about twice the
-#: node timeout) and redis-py's refresh of its slot table (measured: failures end
-#: about 5 s after the kill on this machine, see docs/scaling.md).
+
+
 RECOVERY_S = 10.0
 
 
