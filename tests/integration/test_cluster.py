@@ -37,8 +37,8 @@ TIMEOUT_S = 4.0
 #: grace plus scheduling slack on a loaded 2-core machine.
 LATE_S = 1.0 + 1.5
 #: By then every client must see the new master: the election (about twice the
-
-
+#: node timeout, 2.1-2.7 s measured) and redis-py's refresh of its slot table, with
+#: margin for a loaded machine (docs/scaling.md, failover).
 RECOVERY_S = 10.0
 
 
