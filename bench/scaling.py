@@ -10,7 +10,7 @@ ports, started here), RabbitMQ on 127.0.0.1:5672 as the broker. Three tables:
    each party used per call, so the table says where the cores went;
 3. the capacity model built from table 1 and checked against table 2.
 
-    .venv/bin/python bench/scaling.py [--calls 300] [--seconds 8]
+    .venv/bin/python bench/scaling.py [--calls 300] [--seconds 8] [--broker amqp://.../vhost]
 """
 
 from __future__ import annotations
@@ -165,21 +165,39 @@ def _guarded(client: ToolClient, i: int) -> bool:
     return len(replies) == 1 and f"echo-{i}" in json.dumps(replies)
 
 
+def _retried(client: ToolClient, i: int) -> bool:
+    """Two attempts: the first fails (transient), the second answers."""
+    result = client.call("scale_retry", {"key": f"{RUN}-{uuid.uuid4().hex}-{i}"}, timeout=30)
+    return result.ok
+
+
+def _fell_back(client: ToolClient, _i: int) -> bool:
+    """The primary fails once; its one alternative answers (a degraded result)."""
+    result = client.call("scale_falls_back", {}, timeout=30)
+    return result.ok and result.source == "scale_alternative"
+
+
 FEATURES = [
     Feature("plain (no breaker)", _plain("scale_plain")),
     Feature("+ circuit breaker", _plain("scale_breaker")),
     Feature("+ idempotency key", _idempotent),
     Feature("+ payload offload (20 kB)", _payload),
     Feature("+ run guard (run_tool_calls)", _guarded),
+    Feature("a retry (2 attempts)", _retried),
+    Feature("a fallback (chain of one)", _fell_back),
 ]
+
+
+#: Features whose Redis commands are listed by name (plain, and the two with extra messages).
+BY_NAME = ("plain (no breaker)", "a retry (2 attempts)", "a fallback (chain of one)")
 
 
 def per_feature(
     settings: Settings, meter: ClusterMeter, calls: int, pool: str, tmp: Path
-) -> tuple[list[list[str]], dict[str, float]]:
-    """Table 1's rows for ``pool``, and the plain call's Redis commands by name (per call)."""
+) -> tuple[list[list[str]], dict[str, dict[str, float]]]:
+    """Table 1's rows for ``pool``, and some features' Redis commands by name (per call)."""
     rows = []
-    breakdown: dict[str, float] = {}
+    breakdown: dict[str, dict[str, float]] = {}
     log = tmp / f"features-{pool}.log"
     with (
         worker(settings, "scaling_tools", concurrency=8, pool=pool, log_path=log) as proc,
@@ -198,8 +216,8 @@ def per_feature(
             cpu = tree_cpu(proc.process.pid) - cpu0
             messages = (received(log) - got0) / calls
             r = meter.read()
-            if not breakdown:
-                breakdown = {name: n / calls for name, n in r.by_command.items()}
+            if feature.name in BY_NAME:
+                breakdown[feature.name] = {name: n / calls for name, n in r.by_command.items()}
             rows.append(
                 [
                     feature.name,
@@ -315,7 +333,7 @@ def _total_ms(t: dict[str, float]) -> float:
 
 def report(
     features: list[list[str]],
-    breakdown: dict[str, float],
+    breakdown: dict[str, dict[str, float]],
     tput: list[dict[str, float]],
     info: list[Any],
 ) -> None:
@@ -337,12 +355,18 @@ def report(
             features,
         )
     )
-    print("\n## Redis commands of one plain call, by name (those inside scripts included)\n")
-    ranked = sorted(breakdown.items(), key=lambda kv: -kv[1])
+    print("\n## Redis commands of one call, by name (those inside scripts included)\n")
+    names = [n for n in BY_NAME if n in breakdown]
+    every = {c for n in names for c in breakdown[n]}
+    ranked = sorted(every, key=lambda c: [-breakdown[n].get(c, 0.0) for n in names])
     print(
         markdown_table(
-            ["command", "per call"],
-            [[k.replace("|", "\\|"), f"{v:.2f}"] for k, v in ranked if v >= 0.05],
+            ["command", *names],
+            [
+                [c.replace("|", "\\|"), *(f"{breakdown[n].get(c, 0.0):.2f}" for n in names)]
+                for c in ranked
+                if max(breakdown[n].get(c, 0.0) for n in names) >= 0.05
+            ],
         )
     )
     print("\n## Throughput against worker processes (threads pool, 8 slots each)\n")
@@ -386,6 +410,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--workers", default="1,2,4,8")
+    parser.add_argument(
+        "--broker", default=BROKER, help="AMQP URL; a vhost of the run's own keeps it apart"
+    )
     parser.add_argument("--load-child", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.load_child is not None:
@@ -395,7 +422,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         tmp = Path(tmp_name)
         cluster = LocalCluster(tmp / "cluster").start()
         try:
-            settings = run_settings(cluster.url, tmp / "data", broker_url=BROKER)
+            settings = run_settings(cluster.url, tmp / "data", broker_url=args.broker)
             meter = ClusterMeter(cluster)
             features, breakdown = per_feature(settings, meter, args.calls, "threads", tmp)
             features += per_feature(settings, meter, args.calls, "prefork", tmp)[0]

@@ -37,7 +37,9 @@ import redis.asyncio.cluster
 import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
+from redis._parsers.commands import CommandPolicies, RequestPolicy, ResponsePolicy
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.commands.policies import BasePolicyResolver, PolicyResolver, StaticPolicyResolver
 from redis.retry import Retry
 
 from toolexec.clock import AnchoredClock, Clock
@@ -51,6 +53,7 @@ __all__ = [
     "BLIPS",
     "RECONNECT",
     "ClusterTarget",
+    "ScriptPolicies",
     "SentinelTarget",
     "async_redis_client",
     "async_reply_client",
@@ -143,10 +146,53 @@ def _cluster_retry() -> Retry:
     return Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.5), _CLUSTER_RETRIES)
 
 
+#: A script's keys follow its key count, so its slot is read from the command itself.
+_KEYED = CommandPolicies(
+    request_policy=RequestPolicy.DEFAULT_KEYED, response_policy=ResponsePolicy.DEFAULT_KEYED
+)
+
+
+class ScriptPolicies(BasePolicyResolver):
+    """redis-py's command policies, with ``EVAL`` and ``EVALSHA`` known to be keyed.
+
+    Without a policy for a command, redis-py 8's cluster pipeline asks a node
+    ``COMMAND GETKEYS`` for every such command it queues, only to learn whether
+    it has keys: one more round trip to the default node per script, two per
+    call, and a dependency on that node (dead during a failover) even for a
+    pipeline bound elsewhere. Its single-command path reads a script's keys from
+    the command already; with this policy the pipeline does the same.
+    """
+
+    def __init__(self, fallback: PolicyResolver | None = None) -> None:
+        scripts = {"eval": _KEYED, "evalsha": _KEYED}
+        super().__init__({"core": scripts}, fallback or StaticPolicyResolver())
+
+    def with_fallback(self, fallback: PolicyResolver) -> PolicyResolver:
+        return ScriptPolicies(fallback)
+
+
+class _Cluster(redis.cluster.RedisCluster):
+    """A ``RedisCluster`` whose pipelines share its command policies.
+
+    ``RedisCluster.pipeline()`` builds its pipeline with redis-py's default
+    policies, not the client's; the pipeline reads them at execution time, so
+    they are handed on here. Were the attribute to go in a later redis-py,
+    pipelines would only be back to the extra ``COMMAND GETKEYS`` (a cluster
+    test counts them).
+    """
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
+        pipe = super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
+        if hasattr(pipe, "_policy_resolver"):
+            pipe._policy_resolver = self._policy_resolver
+        return pipe
+
+
 def _cluster_client(target: ClusterTarget, kwargs: dict[str, Any]) -> redis.Redis:
     kwargs.setdefault("retry", _cluster_retry())
+    kwargs.setdefault("policy_resolver", ScriptPolicies())
     nodes = [redis.cluster.ClusterNode(h, p) for h, p in target.nodes]  # type: ignore[no-untyped-call]
-    cluster = redis.cluster.RedisCluster(startup_nodes=nodes, **target.client_kwargs(), **kwargs)
+    cluster = _Cluster(startup_nodes=nodes, **target.client_kwargs(), **kwargs)
     # RedisCluster speaks every command the stores use (keys are routed by slot);
     # it is not a redis.Redis subclass, hence the cast.
     return cast(redis.Redis, cluster)
