@@ -119,6 +119,18 @@ class Keys:
         """
         return f"{self.prefix}:breaker:{{{name}}}:gate"
 
+    def breaker_done(self, name: str) -> str:
+        """Sorted set: ids of the records this breaker counted -> until when to remember them.
+
+        A record that a worker sends again after a broken connection (it may or
+        may not have been applied) finds its id here and is not counted twice
+        (``toolexec.batch``, held writes). Same hash tag as :meth:`breaker`.
+        TTL: the latest member's score (the call's deadline and a margin), after
+        which no copy of the record can arrive; members past it are pruned by
+        every record, so the set holds at most the calls of one deadline.
+        """
+        return f"{self.prefix}:breaker:{{{name}}}:done"
+
     def breaker_gates(self) -> str:
         """Pub/sub pattern matching every :meth:`breaker_gate` channel (no TTL: not a key).
 
@@ -201,6 +213,14 @@ class Keys:
         """
         return f"{self.prefix}:stats:{minute}:{{stats:{bucket}}}"
 
+    def stats_done(self, bucket: int) -> str:
+        """Sorted set: ids of the attempt ends counted in one bucket -> until when to remember them.
+
+        Same reason, TTL and pruning as :meth:`breaker_done`; same hash tag as
+        the bucket's :meth:`stats` hashes, so one script checks and counts.
+        """
+        return f"{self.prefix}:stats:done:{{stats:{bucket}}}"
+
     def in_flight(self, bucket: int) -> str:
         """Sorted set: ``<tool>|<call id>|<attempt>`` -> when its lease ends (epoch s).
 
@@ -273,6 +293,14 @@ class Keys:
         are removed by every script that reads it.
         """
         return f"{self.prefix}:budget:{{{name}}}:retries"
+
+    def budget_done(self, name: str) -> str:
+        """Sorted set: ids of the outcomes this budget counted -> until when to remember them.
+
+        Same reason, TTL and pruning as :meth:`breaker_done`; same hash tag as
+        :meth:`budget`.
+        """
+        return f"{self.prefix}:budget:{{{name}}}:done"
 
     def rate_limit(self, name: str) -> str:
         """String: a shared rate limit's theoretical arrival time (GCRA, epoch s).
@@ -381,6 +409,13 @@ BREAKER_IDLE_TTL_S = 86_400
 #: A run nobody advanced for a day is over: its guard state goes. An aborted run
 #: stays refused that long, so a client that restarts cannot resume it by accident.
 RUN_IDLE_TTL_S = 86_400
+
+#: A held write's id (``Keys.breaker_done`` and its kin) is remembered this long past
+#: its call's deadline. The worker sends a held write again only before the deadline;
+#: the margin covers the skew between the clock that set the deadline and the one the
+#: script reads (Redis TIME, or a worker's own for the stats), well above what
+#: NTP-synchronised hosts drift.
+WRITE_ID_MARGIN_S = 60
 
 #: ``toolexec status --minutes`` looks back at most an hour; a minute's counters
 #: live a little longer so that the oldest minute shown is complete.

@@ -25,6 +25,7 @@ import redis
 from toolexec.batch import Batch, OnError
 from toolexec.clock import Clock, SystemClock
 from toolexec.keys import STATS_TTL_S, Keys, bucket_of
+from toolexec.lua import register, script_source
 
 __all__ = ["CallStats", "ToolStats", "running_attempt"]
 
@@ -102,6 +103,7 @@ class CallStats:
         self.keys = keys
         self.clock = clock or SystemClock()
         self.lease_ttl_s = int(lease_ttl_s)
+        self._count_script = register(client, script_source("stats_count"))
 
     # -- the worker's side -------------------------------------------------
 
@@ -132,10 +134,11 @@ class CallStats:
         error_type: str,
         batch: Batch | None = None,
         on_error: OnError | None = None,
+        keep_until: float | None = None,
     ) -> None:
         """The attempt failed transiently and another one is scheduled."""
         counts = {"attempts": 1, "retries": 1, f"retried{_SEP}{error_type}": 1}
-        self._ended(tool, call_id, attempt, counts, batch, on_error)
+        self._ended(tool, call_id, attempt, counts, batch, on_error, keep_until)
 
     def finished(
         self,
@@ -145,11 +148,16 @@ class CallStats:
         error_type: str | None,
         batch: Batch | None = None,
         on_error: OnError | None = None,
+        keep_until: float | None = None,
     ) -> None:
-        """The call ended: ``error_type`` None means it succeeded."""
+        """The call ended: ``error_type`` None means it succeeded.
+
+        With ``keep_until`` (the call's deadline and a margin) the counts are a
+        held write (``toolexec.batch``): sent again after a blip, counted once.
+        """
         outcome = "ok" if error_type is None else f"failed{_SEP}{error_type}"
         counts = {"attempts": 1, "calls": 1, outcome: 1}
-        self._ended(tool, call_id, attempt, counts, batch, on_error)
+        self._ended(tool, call_id, attempt, counts, batch, on_error, keep_until)
 
     def withdrawn(
         self,
@@ -158,9 +166,10 @@ class CallStats:
         attempt: int,
         batch: Batch | None = None,
         on_error: OnError | None = None,
+        keep_until: float | None = None,
     ) -> None:
         """The attempt stopped without an outcome of its own (deferred, or answered elsewhere)."""
-        self._ended(tool, call_id, attempt, {}, batch, on_error)
+        self._ended(tool, call_id, attempt, {}, batch, on_error, keep_until)
 
     def _ended(
         self,
@@ -170,16 +179,29 @@ class CallStats:
         counts: dict[str, int],
         batch: Batch | None,
         on_error: OnError | None,
+        keep_until: float | None = None,
     ) -> None:
+        """The attempt leaves the running set (a ZREM: safe to send twice) and is counted.
+
+        The minute is fixed here, so a count sent again lands where it would have.
+        """
         member = _member(tool, call_id, attempt)
         bucket = bucket_of(call_id, self.keys.buckets)
-
-        def queue(pipe: Any) -> None:
-            pipe.zrem(self.keys.in_flight(bucket), member)
-            if counts:
-                self._count(pipe, tool, bucket, counts)
-
-        self._send(queue, batch, on_error)
+        held = None if keep_until is None else "stats"
+        own = Batch() if batch is None else batch
+        key = self.keys.in_flight(bucket)
+        own.add(self.redis, lambda pipe: pipe.zrem(key, member), on_error=on_error, held=held)
+        if counts:
+            now = self.clock.now()
+            write = "" if keep_until is None else f"{call_id}:{attempt}"
+            args: list[Any] = [repr(now), write, "" if keep_until is None else repr(keep_until)]
+            args.append(STATS_TTL_S)
+            for name, amount in counts.items():
+                args += [f"{tool}{_SEP}{name}", amount]
+            keys = [self.keys.stats(int(now // 60), bucket), self.keys.stats_done(bucket)]
+            own.script(self.redis, self._count_script, keys, args, on_error=on_error, held=held)
+        if batch is None:
+            own.execute()
 
     def _send(self, queue: Any, batch: Batch | None, on_error: OnError | None) -> None:
         """Queue on ``batch`` (sent with the attempt's other commands), else send now."""
@@ -187,12 +209,6 @@ class CallStats:
         own.add(self.redis, queue, on_error=on_error)
         if batch is None:
             own.execute()
-
-    def _count(self, pipe: Any, tool: str, bucket: int, counts: dict[str, int]) -> None:
-        key = self.keys.stats(int(self.clock.now() // 60), bucket)
-        for name, amount in counts.items():
-            pipe.hincrby(key, f"{tool}{_SEP}{name}", amount)
-        pipe.expire(key, STATS_TTL_S)
 
     # -- the reader's side -------------------------------------------------
 
