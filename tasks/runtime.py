@@ -156,6 +156,7 @@ class WorkerRuntime:
         # this attempt is over; the call's end is counted by whichever step answers
         self.observers.withdrawn(spec, ctx, attempt, batch)
         batch.execute(hold=True)
+        _note_held(ctx, batch)
         try:
             return self.carry_out(ctx, action, attempt)
         finally:
@@ -220,6 +221,7 @@ class WorkerRuntime:
             batch.execute(hold=True)
         except REDIS_ERRORS as exc:  # another owner's write; a lease left behind expires
             log.warning("call %s: a write beside its answer failed: %s", ctx.call_id, exc)
+        _note_held(ctx, batch)
         try:
             if unsent:  # a Redis blip must not lose an answer already paid for
                 through_blips(lambda: _push(self.redis, queue), _delivery_window(ctx, now))
@@ -240,6 +242,7 @@ class WorkerRuntime:
             batch.execute(hold=True)
         except Exception:
             log.exception("an attempt's settlement failed; the call goes on")
+        _note_held(ctx, batch)
         self.settle_held(ctx, batch, within_s)
 
     def settle_held(self, ctx: CallContext, batch: Batch, within_s: float | None = None) -> None:
@@ -330,6 +333,17 @@ def _push(client: redis.Redis, queue: Callable[[Any], None]) -> None:
     pipe = client.pipeline(transaction=False)
     queue(pipe)
     pipe.execute()
+
+
+def _note_held(ctx: CallContext, batch: Batch) -> None:
+    if batch.held:
+        log.info(
+            "call %s: Redis unreachable for its settlement (%s); its answer goes first, then "
+            "%s again until its deadline",
+            ctx.call_id,
+            batch.held_error,
+            ", ".join(sorted(set(batch.held))),
+        )
 
 
 def held_window(deadline_left: float, within_s: float | None) -> float:
