@@ -200,18 +200,25 @@ class Keys:
         """
         return f"{self.prefix}:idem:{self.idempotency_bucket(record)}:tokens"
 
-    def stats(self, minute: int, bucket: int) -> str:
-        """Hash: ``<tool>|<counter>`` -> count, for one bucket of the calls that ended in a minute.
+    def stats(self, bucket: int) -> str:
+        """Hash: ``<minute>|<tool>|<counter>`` -> count, for one bucket of the calls that ended.
 
         ``minute`` is epoch seconds // 60; ``bucket`` is the call id's
         (:func:`bucket_of`), each its own hash tag, so the fleet's counting is
         spread over :attr:`buckets` keys (and shards) instead of one hot hash,
         and a reader adds the buckets up. Counters: ``calls``, ``ok``,
         ``failed|<error type>``, ``attempts``, ``retries``, ``retried|<error
-        type>``. TTL: :data:`STATS_TTL_S`, set by every write: ``toolexec
-        status`` looks back at most an hour.
+        type>``; field ``pruned`` is the last minute that pruned the hash.
+
+        One hash per bucket, not one per minute: a key per minute stayed until
+        its TTL, so the key count grew by :attr:`buckets` a minute for the
+        first hour of every deployment and never looked flat. The first write
+        of each minute deletes the fields of minutes ``toolexec status`` can no
+        longer show (``lua/stats_count.lua``), which bounds each hash to an hour
+        of minutes x tools x counters. TTL: :data:`STATS_TTL_S`, set by every
+        write: an hour after the fleet's last call there is nothing left to show.
         """
-        return f"{self.prefix}:stats:{minute}:{{stats:{bucket}}}"
+        return f"{self.prefix}:stats:{{stats:{bucket}}}"
 
     def stats_done(self, bucket: int) -> str:
         """Sorted set: ids of the attempt ends counted in one bucket -> until when to remember them.

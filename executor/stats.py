@@ -5,8 +5,9 @@ and need a scraper to add them up. These live in Redis, so one command on any
 host sees what the whole fleet did in the last minutes and which attempts run
 now, with no monitoring stack. Workers write them through :class:`CallStats`:
 a few commands when an attempt starts and when it ends, each time in the
-round trip the attempt makes anyway (``toolexec.batch``), into a
-hash per minute (bounded by the number of tools, not of calls) and a sorted
+round trip the attempt makes anyway (``toolexec.batch``), into a hash of
+the last hour's minutes (bounded by the number of tools, not of calls, and
+pruned as the minutes pass, so the key count is flat) and a sorted
 set of running attempts, whose members carry a lease so that an attempt of a
 worker that died stops counting when its lease ends. Both are split into
 ``Keys.buckets`` keys by call id, each its own Redis Cluster hash tag, so no
@@ -30,6 +31,9 @@ from toolexec.lua import register, script_source
 __all__ = ["CallStats", "ToolStats", "running_attempt"]
 
 _SEP = "|"
+
+#: Minutes a stats hash keeps (``toolexec status --minutes`` at most): older ones are pruned.
+KEPT_MINUTES = STATS_TTL_S // 60
 
 
 @dataclass(frozen=True)
@@ -194,11 +198,12 @@ class CallStats:
         if counts:
             now = self.clock.now()
             write = "" if keep_until is None else f"{call_id}:{attempt}"
+            minute = int(now // 60)
             args: list[Any] = [repr(now), write, "" if keep_until is None else repr(keep_until)]
-            args.append(STATS_TTL_S)
+            args += [STATS_TTL_S, minute, minute - KEPT_MINUTES + 1]
             for name, amount in counts.items():
                 args += [f"{tool}{_SEP}{name}", amount]
-            keys = [self.keys.stats(int(now // 60), bucket), self.keys.stats_done(bucket)]
+            keys = [self.keys.stats(bucket), self.keys.stats_done(bucket)]
             own.script(self.redis, self._count_script, keys, args, on_error=on_error, held=held)
         if batch is None:
             own.execute()
@@ -218,26 +223,27 @@ class CallStats:
         Leases that passed are pruned here, on the operator's path, not on the
         workers' call path.
         """
-        if not 1 <= minutes <= STATS_TTL_S // 60:
-            raise ValueError(f"minutes must be between 1 and {STATS_TTL_S // 60}, not {minutes}")
+        if not 1 <= minutes <= KEPT_MINUTES:
+            raise ValueError(f"minutes must be between 1 and {KEPT_MINUTES}, not {minutes}")
         now = self.clock.now()
         current = int(now // 60)
         buckets = range(self.keys.buckets)
         pipe = self.redis.pipeline(transaction=False)
-        for minute in range(current - minutes + 1, current + 1):
-            for bucket in buckets:
-                pipe.hgetall(self.keys.stats(minute, bucket))
+        for bucket in buckets:
+            pipe.hgetall(self.keys.stats(bucket))
         for bucket in buckets:
             pipe.zremrangebyscore(self.keys.in_flight(bucket), "-inf", f"({now!r}")
             pipe.zrange(self.keys.in_flight(bucket), 0, -1)
         replies = pipe.execute()
-        hashes = replies[: minutes * len(buckets)]
-        running = replies[minutes * len(buckets) + 1 :: 2]
+        hashes = replies[: len(buckets)]
+        running = replies[len(buckets) + 1 :: 2]
         counts: Counter[tuple[str, str]] = Counter()
         for fields in hashes:
             for name, value in fields.items():
-                tool, _, counter = _text(name).partition(_SEP)
-                counts[tool, counter] += int(value)
+                minute, _, rest = _text(name).partition(_SEP)
+                if minute.isdigit() and current - minutes < int(minute) <= current:
+                    tool, _, counter = rest.partition(_SEP)
+                    counts[tool, counter] += int(value)
         for members in running:
             for member in members:
                 counts[_text(member).split(_SEP, 1)[0], "in_flight"] += 1
