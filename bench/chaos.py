@@ -12,8 +12,10 @@ from the dependency's return until a call sent after it succeeded.
     python bench/chaos.py --scenario soak --minutes 20
 
 The soak keeps a steady load on two workers, SIGKILLs and restarts the second
-one every ``--kill-every`` seconds and restarts Redis once half-way; it
-reports the slope of the first worker's RSS and of Redis's key count.
+one every ``--kill-every`` seconds and restarts Redis once a quarter of the way
+in; it reports the slope of the first worker's RSS and of Redis's key count,
+per key family (ids and hash tags replaced by ``*``), over the second half of
+the run: after the warm-up, where a plateau shows as a slope near zero.
 """
 
 from __future__ import annotations
@@ -126,6 +128,10 @@ def _slope_per_min(points: list[tuple[float, float]]) -> float:
     return statistics.linear_regression(xs, ys).slope * 60
 
 
+#: Tables a scenario adds below the chaos table (the soak's slopes per key family).
+EXTRA: list[str] = []
+
+
 def _soak(root: Path, args: argparse.Namespace) -> Tally:
     """Steady load; worker 2 SIGKILLed and restarted every --kill-every s; Redis restarted once."""
     with _two_workers(root) as built:
@@ -135,7 +141,8 @@ def _soak(root: Path, args: argparse.Namespace) -> Tally:
         end = start + args.minutes * 60
         rss: list[tuple[float, float]] = []
         keys: list[tuple[float, float]] = []
-        next_kill, redis_at, back_at = start + args.kill_every, start + args.minutes * 30, None
+        families: list[tuple[float, Counter[str]]] = []
+        next_kill, redis_at, back_at = start + args.kill_every, start + args.minutes * 15, None
         while time.monotonic() < end:
             now = time.monotonic()
             if now >= next_kill:
@@ -146,41 +153,65 @@ def _soak(root: Path, args: argparse.Namespace) -> Tally:
             if back_at is None and now >= redis_at:
                 progress(f"soak: restarting Redis at {now - start:.0f} s")
                 back_at = restart_redis(1, 1.0)(built)
-            _sample(built, now - start, rss, keys)
+            _sample(built, now - start, rss, keys, families)
             time.sleep(5)
         tally = Tally.of(f"soak {args.minutes:g} min", load.stop(), back_at)
-        kinds = _key_kinds(built)
+    half = args.minutes * 30
+    late_rss = [p for p in rss if p[0] >= half]
+    late_keys = [p for p in keys if p[0] >= half]
     note = (
-        f"worker 1 RSS slope {_slope_per_min(rss):+.1f} KB/min "
-        f"({rss[0][1]:.0f} -> {rss[-1][1]:.0f} KB), Redis keys slope "
-        f"{_slope_per_min(keys):+.2f}/min ({keys[0][1]:.0f} -> {keys[-1][1]:.0f})"
-        if rss and keys
+        f"second half: worker 1 RSS slope {_slope_per_min(late_rss):+.1f} KB/min "
+        f"({late_rss[0][1]:.0f} -> {late_rss[-1][1]:.0f} KB), Redis keys slope "
+        f"{_slope_per_min(late_keys):+.2f}/min ({late_keys[0][1]:.0f} -> {late_keys[-1][1]:.0f}); "
+        f"whole run: RSS {_slope_per_min(rss):+.1f} KB/min, keys {_slope_per_min(keys):+.2f}/min"
+        if late_rss and late_keys
         else "too short to sample"
     )
-    return _with_note(tally, f"{note}; keys at the end: {kinds}")
+    EXTRA.append(_family_table(families, half))
+    return _with_note(tally, note)
 
 
-def _key_kinds(built: Rig) -> str:
-    """The keys left at the end, by kind (ids replaced by *), to see what a slope is made of."""
-    client = redis.Redis(port=built.servers[0].port, socket_timeout=5, decode_responses=True)
-    try:
-        names = list(client.scan_iter(count=1000))
-    finally:
-        client.close()
-    kinds = Counter(re.sub(r"[0-9a-f]{16,}|\d{6,}", "*", name) for name in names)
-    return ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items()))
+def _family(name: str) -> str:
+    """A key's family: hash tags and ids replaced by *, so one row counts one kind of key."""
+    name = re.sub(r"\{[^}]*\}", "{*}", name)
+    return re.sub(r"[0-9a-f]{16,}|[0-9a-f]{8}-[0-9a-f-]{27}|\d+", "*", name)
+
+
+def _family_table(families: list[tuple[float, Counter[str]]], half: float) -> str:
+    """Each key family at the half and at the end, and its slope over the second half."""
+    late = [(at, counts) for at, counts in families if at >= half]
+    if len(late) < 3:
+        return "(soak too short for a slope per key family)"
+    names = sorted(set().union(*(counts for _, counts in late)))
+    rows = []
+    for name in names:
+        points = [(at, float(counts.get(name, 0))) for at, counts in late]
+        rows.append(
+            [f"`{name}`", f"{points[0][1]:.0f}", f"{points[-1][1]:.0f}",
+             f"{_slope_per_min(points):+.2f}"]
+        )  # fmt: skip
+    span = f"{late[0][0]:.0f} s to {late[-1][0]:.0f} s"
+    title = f"\n## Soak: Redis keys per family, second half ({span})\n\n"
+    headers = ["key family", "keys at the half", "keys at the end", "slope (keys/min)"]
+    return title + markdown_table(headers, rows)
 
 
 def _sample(
-    built: Rig, at: float, rss: list[tuple[float, float]], keys: list[tuple[float, float]]
+    built: Rig,
+    at: float,
+    rss: list[tuple[float, float]],
+    keys: list[tuple[float, float]],
+    families: list[tuple[float, Counter[str]]],
 ) -> None:
     first = built.workers[0].process
     kb = _rss_kb(first.pid) if first is not None else None
     if kb is not None:
         rss.append((at, float(kb)))
-    client = redis.Redis(port=built.servers[0].port, socket_timeout=2)
+    client = redis.Redis(port=built.servers[0].port, socket_timeout=2, decode_responses=True)
     try:
-        keys.append((at, float(client.dbsize())))
+        counts = Counter(_family(name) for name in client.scan_iter(count=1000))
+        keys.append((at, float(sum(counts.values()))))
+        families.append((at, counts))
     except redis.RedisError:
         pass
     finally:
@@ -265,6 +296,8 @@ def main() -> None:
     print()
     for note in notes:
         print(f"- {note}")
+    for table in EXTRA:
+        print(table)
     print(f"\ncommand: `{command_line()}`\n")
     probe = tempfile.mkdtemp(prefix="chaos-info-")
     print("machine: " + "; ".join(f"{k} {v}" for k, v in _machine(Path(probe))))

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+import redis.exceptions
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
@@ -44,6 +45,7 @@ class _Entry:
     on_error: OnError | None
     script: Script | None = None
     replies: int = 0
+    what: str | None = None  # set: a held write (see the module doc), named for the log
 
 
 class Batch:
@@ -59,6 +61,9 @@ class Batch:
     def __init__(self) -> None:
         self._entries: list[_Entry] = []
         self.executed = False
+        #: Held writes whose connection failed, and the last error: see :meth:`resend_held`.
+        self._held: list[_Entry] = []
+        self.held_error: Exception | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -69,9 +74,14 @@ class Batch:
         queue: Callable[[Any], None],
         on_reply: OnReply | None = None,
         on_error: OnError | None = None,
+        *,
+        held: str | None = None,
     ) -> None:
-        """``queue(pipeline)`` queues one or more commands; ``on_reply`` gets the last reply."""
-        self._entries.append(_Entry(client, queue, on_reply, on_error))
+        """``queue(pipeline)`` queues one or more commands; ``on_reply`` gets the last reply.
+
+        ``held`` names a write safe to send twice, kept after a blip (module doc).
+        """
+        self._entries.append(_Entry(client, queue, on_reply, on_error, what=held))
 
     def script(
         self,
@@ -81,6 +91,8 @@ class Batch:
         args: Sequence[Any],
         on_reply: OnReply | None = None,
         on_error: OnError | None = None,
+        *,
+        held: str | None = None,
     ) -> None:
         """One Lua script call, as ``EVALSHA``; loaded and run again only on ``NOSCRIPT``."""
 
@@ -89,7 +101,7 @@ class Batch:
             # method, yet routes an EVALSHA by its keys like any other command.
             pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
 
-        self._entries.append(_Entry(client, queue, on_reply, on_error, script))
+        self._entries.append(_Entry(client, queue, on_reply, on_error, script, what=held))
 
     def prepend(self, other: Batch) -> None:
         """Send ``other``'s commands first, in this batch's round trip; ``other`` is done."""
@@ -98,17 +110,55 @@ class Batch:
             other._entries = []
             other.executed = True
 
-    def execute(self) -> None:
-        """Send every queued command (once), then call each owner back."""
+    def execute(self, *, hold: bool = False) -> None:
+        """Send every queued command (once), then call each owner back.
+
+        With ``hold``, a held write whose connection failed is kept for
+        :meth:`resend_held` instead of being reported to its owner.
+        """
         if self.executed:
             return
         self.executed = True
         entries, self._entries = self._entries, []
+        self._send_all(entries, hold)
+
+    def _send_all(self, entries: list[_Entry], hold: bool) -> None:
         unhandled: list[Exception] = []
         for client, group in _by_client(entries):
-            unhandled += _run(client, group)
+            unhandled += _run(client, group, self._keep if hold else None)
         if unhandled:
             raise unhandled[0]
+
+    def _keep(self, entry: _Entry, exc: Exception) -> bool:
+        if entry.what is None:
+            return False
+        self._held.append(entry)
+        self.held_error = exc
+        return True
+
+    @property
+    def held(self) -> list[str]:
+        """What the held writes not made yet are (``breaker record``, ...)."""
+        return [entry.what or "" for entry in self._held]
+
+    def resend_held(self) -> bool:
+        """Send the held writes again, once, in one round trip; True when none is left.
+
+        Those whose connection fails again stay held, :attr:`held_error` the reason.
+        """
+        entries, self._held = self._held, []
+        if entries:
+            self._send_all(entries, True)
+        return not self._held
+
+    def drop_held(self) -> list[str]:
+        """Give up on the held writes: each owner hears of its error; returns what they were."""
+        entries, self._held = self._held, []
+        error = self.held_error or redis.exceptions.ConnectionError("Redis unreachable")
+        for entry in entries:
+            if entry.on_error is not None:
+                entry.on_error(error)
+        return [entry.what or "" for entry in entries]
 
 
 def _by_client(entries: list[_Entry]) -> list[tuple[redis.Redis, list[_Entry]]]:
@@ -129,18 +179,29 @@ def _send(client: redis.Redis, entries: Sequence[_Entry]) -> list[Any]:
     return list(pipe.execute(raise_on_error=False))
 
 
-def _run(client: redis.Redis, entries: list[_Entry]) -> list[Exception]:
-    """One round trip for ``entries`` (two after a ``NOSCRIPT``); the unhandled errors."""
+Keep = Callable[[_Entry, Exception], bool]
+
+
+def _run(client: redis.Redis, entries: list[_Entry], keep: Keep | None) -> list[Exception]:
+    """One round trip for ``entries`` (two after a ``NOSCRIPT``); the unhandled errors.
+
+    ``keep`` may take an entry whose connection failed instead of its owner.
+    """
     try:
         replies = _send(client, entries)
     except REDIS_ERRORS as exc:  # the connection failed: every owner hears of it
-        return [e for e in (_answer_error(entry, exc) for entry in entries) if e is not None]
-    answers = _split(entries, replies)
-    missing = [i for i, (e, r) in enumerate(answers) if e.script and isinstance(r, NoScriptError)]
-    if missing:
-        answers = _reload(client, answers, missing)
+        answers: list[tuple[_Entry, Any]] = [(entry, exc) for entry in entries]
+    else:
+        answers = _split(entries, replies)
+        missing = [
+            i for i, (e, r) in enumerate(answers) if e.script and isinstance(r, NoScriptError)
+        ]
+        if missing:
+            answers = _reload(client, answers, missing)
     unhandled = []
     for entry, reply in answers:
+        if keep is not None and isinstance(reply, REDIS_ERRORS) and keep(entry, reply):
+            continue
         problem = _answer(entry, reply)
         if problem is not None:
             unhandled.append(problem)

@@ -119,6 +119,18 @@ class Keys:
         """
         return f"{self.prefix}:breaker:{{{name}}}:gate"
 
+    def breaker_done(self, name: str) -> str:
+        """Sorted set: ids of the records this breaker counted -> until when to remember them.
+
+        A record that a worker sends again after a broken connection (it may or
+        may not have been applied) finds its id here and is not counted twice
+        (``toolexec.batch``, held writes). Same hash tag as :meth:`breaker`.
+        TTL: the latest member's score (the call's deadline and a margin), after
+        which no copy of the record can arrive; members past it are pruned by
+        every record, so the set holds at most the calls of one deadline.
+        """
+        return f"{self.prefix}:breaker:{{{name}}}:done"
+
     def breaker_gates(self) -> str:
         """Pub/sub pattern matching every :meth:`breaker_gate` channel (no TTL: not a key).
 
@@ -188,18 +200,33 @@ class Keys:
         """
         return f"{self.prefix}:idem:{self.idempotency_bucket(record)}:tokens"
 
-    def stats(self, minute: int, bucket: int) -> str:
-        """Hash: ``<tool>|<counter>`` -> count, for one bucket of the calls that ended in a minute.
+    def stats(self, bucket: int) -> str:
+        """Hash: ``<minute>|<tool>|<counter>`` -> count, for one bucket of the calls that ended.
 
         ``minute`` is epoch seconds // 60; ``bucket`` is the call id's
         (:func:`bucket_of`), each its own hash tag, so the fleet's counting is
         spread over :attr:`buckets` keys (and shards) instead of one hot hash,
         and a reader adds the buckets up. Counters: ``calls``, ``ok``,
         ``failed|<error type>``, ``attempts``, ``retries``, ``retried|<error
-        type>``. TTL: :data:`STATS_TTL_S`, set by every write: ``toolexec
-        status`` looks back at most an hour.
+        type>``; field ``pruned`` is the last minute that pruned the hash.
+
+        One hash per bucket, not one per minute: a key per minute stayed until
+        its TTL, so the key count grew by :attr:`buckets` a minute for the
+        first hour of every deployment and never looked flat. The first write
+        of each minute deletes the fields of minutes ``toolexec status`` can no
+        longer show (``lua/stats_count.lua``), which bounds each hash to an hour
+        of minutes x tools x counters. TTL: :data:`STATS_TTL_S`, set by every
+        write: an hour after the fleet's last call there is nothing left to show.
         """
-        return f"{self.prefix}:stats:{minute}:{{stats:{bucket}}}"
+        return f"{self.prefix}:stats:{{stats:{bucket}}}"
+
+    def stats_done(self, bucket: int) -> str:
+        """Sorted set: ids of the attempt ends counted in one bucket -> until when to remember them.
+
+        Same reason, TTL and pruning as :meth:`breaker_done`; same hash tag as
+        the bucket's :meth:`stats` hashes, so one script checks and counts.
+        """
+        return f"{self.prefix}:stats:done:{{stats:{bucket}}}"
 
     def in_flight(self, bucket: int) -> str:
         """Sorted set: ``<tool>|<call id>|<attempt>`` -> when its lease ends (epoch s).
@@ -273,6 +300,14 @@ class Keys:
         are removed by every script that reads it.
         """
         return f"{self.prefix}:budget:{{{name}}}:retries"
+
+    def budget_done(self, name: str) -> str:
+        """Sorted set: ids of the outcomes this budget counted -> until when to remember them.
+
+        Same reason, TTL and pruning as :meth:`breaker_done`; same hash tag as
+        :meth:`budget`.
+        """
+        return f"{self.prefix}:budget:{{{name}}}:done"
 
     def rate_limit(self, name: str) -> str:
         """String: a shared rate limit's theoretical arrival time (GCRA, epoch s).
@@ -381,6 +416,13 @@ BREAKER_IDLE_TTL_S = 86_400
 #: A run nobody advanced for a day is over: its guard state goes. An aborted run
 #: stays refused that long, so a client that restarts cannot resume it by accident.
 RUN_IDLE_TTL_S = 86_400
+
+#: A held write's id (``Keys.breaker_done`` and its kin) is remembered this long past
+#: its call's deadline. The worker sends a held write again only before the deadline;
+#: the margin covers the skew between the clock that set the deadline and the one the
+#: script reads (Redis TIME, or a worker's own for the stats), well above what
+#: NTP-synchronised hosts drift.
+WRITE_ID_MARGIN_S = 60
 
 #: ``toolexec status --minutes`` looks back at most an hour; a minute's counters
 #: live a little longer so that the oldest minute shown is complete.

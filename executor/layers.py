@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from toolexec.batch import Batch
 from toolexec.context import CallContext
 from toolexec.errors import ToolException
+from toolexec.keys import WRITE_ID_MARGIN_S
 from toolexec.results import PayloadRef, ToolResult
 
 if TYPE_CHECKING:  # only types here: the registry imports the policies of layer modules,
@@ -85,6 +86,15 @@ class Attempt:
     @property
     def tool(self) -> str:
         return self.spec.name
+
+    @property
+    def write(self) -> tuple[str, float]:
+        """This attempt's write id and until when a script must remember it.
+
+        A held write (``toolexec.batch``) carries it, so that sent again after
+        a broken connection it is counted once.
+        """
+        return f"{self.ctx.call_id}:{self.number}", self.ctx.deadline + WRITE_ID_MARGIN_S
 
 
 @dataclass(frozen=True)

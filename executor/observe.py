@@ -19,6 +19,7 @@ from collections.abc import Callable
 from toolexec.batch import Batch
 from toolexec.clock import Clock, SystemClock
 from toolexec.context import CallContext
+from toolexec.keys import WRITE_ID_MARGIN_S
 from toolexec.ops.metrics import Metrics
 from toolexec.registry import ToolSpec
 from toolexec.results import ToolResult
@@ -55,7 +56,10 @@ class CallObservers:
         lease_until = now + max(0.0, min(spec.policy.timeout, ctx.deadline - now)) + LEASE_GRACE_S
         self._quietly(self.metrics.started, spec.name, ctx.call_id, attempt, lease_until)
         if self.stats is not None:
-            self._counted(self.stats.started, batch, spec.name, ctx.call_id, attempt, lease_until)
+            # not held: the admission goes before the attempt, which does not wait for it
+            self._counted(
+                self.stats.started, batch, None, spec.name, ctx.call_id, attempt, lease_until
+            )
 
     def retrying(
         self,
@@ -67,7 +71,9 @@ class CallObservers:
     ) -> None:
         self._quietly(self.metrics.retrying, spec.name, ctx.call_id, attempt, error_type)
         if self.stats is not None:
-            self._counted(self.stats.retrying, batch, spec.name, ctx.call_id, attempt, error_type)
+            self._counted(
+                self.stats.retrying, batch, ctx, spec.name, ctx.call_id, attempt, error_type
+            )
 
     def finished(
         self, ctx: CallContext, attempt: int, result: ToolResult, batch: Batch | None = None
@@ -77,24 +83,41 @@ class CallObservers:
         self._quietly(self.metrics.finished, ctx.tool, ctx.call_id, attempt, error_type, elapsed_s)
         self._quietly(self.spans.finished, ctx.call_id, result)
         if self.stats is not None:
-            self._counted(self.stats.finished, batch, ctx.tool, ctx.call_id, attempt, error_type)
+            self._counted(
+                self.stats.finished, batch, ctx, ctx.tool, ctx.call_id, attempt, error_type
+            )
 
     def withdrawn(
         self, spec: ToolSpec, ctx: CallContext, attempt: int, batch: Batch | None = None
     ) -> None:
         self._quietly(self.metrics.withdrawn, spec.name, ctx.call_id, attempt)
         if self.stats is not None:
-            self._counted(self.stats.withdrawn, batch, spec.name, ctx.call_id, attempt)
+            self._counted(self.stats.withdrawn, batch, ctx, spec.name, ctx.call_id, attempt)
 
-    def _counted(self, report: Callable[..., None], batch: Batch | None, *args: object) -> None:
+    def _counted(
+        self,
+        report: Callable[..., None],
+        batch: Batch | None,
+        held: CallContext | None,
+        *args: object,
+    ) -> None:
         """A Redis counter, queued on the attempt's ``batch`` when there is one.
 
-        Its error then comes when the batch runs, and is dropped the same way.
+        With ``held`` (the call) it is a held write there, sent again after a
+        blip while the call's deadline allows (``toolexec.batch``). Its error
+        comes when the batch runs or gives it up, and is dropped the same way.
         """
         if batch is None:
             self._quietly(report, *args)
             return
-        self._quietly(report, *args, batch, lambda exc: self._dropped(report, exc))
+
+        def on_error(exc: Exception) -> None:
+            self._dropped(report, exc)
+
+        if held is None:
+            self._quietly(report, *args, batch, on_error)
+        else:
+            self._quietly(report, *args, batch, on_error, held.deadline + WRITE_ID_MARGIN_S)
 
     def _quietly(self, report: Callable[..., None], *args: object) -> None:
         try:

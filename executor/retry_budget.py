@@ -133,13 +133,18 @@ class RetryBudget:
         *,
         first_attempt: bool,
         failed: bool,
+        write: tuple[str, float] | None = None,
     ) -> None:
-        """:meth:`record` queued on ``batch``, its reply unneeded."""
+        """:meth:`record` queued on ``batch``, its reply unneeded.
+
+        ``write`` (an id, and until when to remember it) makes it a held write
+        that counts once however often it is sent (``toolexec.batch``).
+        """
         if policy.kind == "ratio" and not first_attempt:
             return
         op = "call" if policy.kind == "ratio" else ("fail" if failed else "succeed")
         if policy.enabled and not self.fail_open.down():
-            self._queue(batch, name, policy, op, None)
+            self._queue(batch, name, policy, op, None, write)
 
     def _ask(
         self, name: str, policy: RetryBudgetPolicy, op: str, batch: Batch | None = None
@@ -160,16 +165,21 @@ class RetryBudget:
         policy: RetryBudgetPolicy,
         op: str,
         on_reply: Callable[[Any], None] | None,
+        write: tuple[str, float] | None = None,
     ) -> None:
         now = "" if self.clock is None else repr(float(self.clock.now()))
-        keys = [self.keys.budget(name), self.keys.budget_retries(name)]
+        keys = [self.keys.budget(name), self.keys.budget_retries(name), self.keys.budget_done(name)]
         if policy.kind == "ratio":
             script = self._ratio
             args: list[Any] = [now, op, policy.window_s, policy.ratio, policy.min_retries, BUCKETS]
         else:
             script = self._tokens
             args = [now, op, policy.max_tokens, policy.token_ratio, self.idle_ttl_s]
-        batch.script(self.redis, script, keys, args, on_reply, self._failed)
+        held = None
+        if write is not None:
+            args += [write[0], repr(float(write[1]))]
+            held = "retry budget record"
+        batch.script(self.redis, script, keys, args, on_reply, self._failed, held=held)
 
     def _failed(self, exc: Exception) -> None:
         self.fail_open.failed(exc, "retries follow the retry policy alone meanwhile")
@@ -213,6 +223,7 @@ class RetryBudgetLayer(Layer):
                 policy,
                 first_attempt=attempt.number == 1,
                 failed=counts_as_failure(seen.failure),
+                write=attempt.write,
             )
 
     def _record_first(self, attempt: Attempt, name: str, batch: Batch) -> None:

@@ -5,8 +5,9 @@ and need a scraper to add them up. These live in Redis, so one command on any
 host sees what the whole fleet did in the last minutes and which attempts run
 now, with no monitoring stack. Workers write them through :class:`CallStats`:
 a few commands when an attempt starts and when it ends, each time in the
-round trip the attempt makes anyway (``toolexec.batch``), into a
-hash per minute (bounded by the number of tools, not of calls) and a sorted
+round trip the attempt makes anyway (``toolexec.batch``), into a hash of
+the last hour's minutes (bounded by the number of tools, not of calls, and
+pruned as the minutes pass, so the key count is flat) and a sorted
 set of running attempts, whose members carry a lease so that an attempt of a
 worker that died stops counting when its lease ends. Both are split into
 ``Keys.buckets`` keys by call id, each its own Redis Cluster hash tag, so no
@@ -25,10 +26,14 @@ import redis
 from toolexec.batch import Batch, OnError
 from toolexec.clock import Clock, SystemClock
 from toolexec.keys import STATS_TTL_S, Keys, bucket_of
+from toolexec.lua import register, script_source
 
 __all__ = ["CallStats", "ToolStats", "running_attempt"]
 
 _SEP = "|"
+
+#: Minutes a stats hash keeps (``toolexec status --minutes`` at most): older ones are pruned.
+KEPT_MINUTES = STATS_TTL_S // 60
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ class CallStats:
         self.keys = keys
         self.clock = clock or SystemClock()
         self.lease_ttl_s = int(lease_ttl_s)
+        self._count_script = register(client, script_source("stats_count"))
 
     # -- the worker's side -------------------------------------------------
 
@@ -132,10 +138,11 @@ class CallStats:
         error_type: str,
         batch: Batch | None = None,
         on_error: OnError | None = None,
+        keep_until: float | None = None,
     ) -> None:
         """The attempt failed transiently and another one is scheduled."""
         counts = {"attempts": 1, "retries": 1, f"retried{_SEP}{error_type}": 1}
-        self._ended(tool, call_id, attempt, counts, batch, on_error)
+        self._ended(tool, call_id, attempt, counts, batch, on_error, keep_until)
 
     def finished(
         self,
@@ -145,11 +152,16 @@ class CallStats:
         error_type: str | None,
         batch: Batch | None = None,
         on_error: OnError | None = None,
+        keep_until: float | None = None,
     ) -> None:
-        """The call ended: ``error_type`` None means it succeeded."""
+        """The call ended: ``error_type`` None means it succeeded.
+
+        With ``keep_until`` (the call's deadline and a margin) the counts are a
+        held write (``toolexec.batch``): sent again after a blip, counted once.
+        """
         outcome = "ok" if error_type is None else f"failed{_SEP}{error_type}"
         counts = {"attempts": 1, "calls": 1, outcome: 1}
-        self._ended(tool, call_id, attempt, counts, batch, on_error)
+        self._ended(tool, call_id, attempt, counts, batch, on_error, keep_until)
 
     def withdrawn(
         self,
@@ -158,9 +170,10 @@ class CallStats:
         attempt: int,
         batch: Batch | None = None,
         on_error: OnError | None = None,
+        keep_until: float | None = None,
     ) -> None:
         """The attempt stopped without an outcome of its own (deferred, or answered elsewhere)."""
-        self._ended(tool, call_id, attempt, {}, batch, on_error)
+        self._ended(tool, call_id, attempt, {}, batch, on_error, keep_until)
 
     def _ended(
         self,
@@ -170,16 +183,30 @@ class CallStats:
         counts: dict[str, int],
         batch: Batch | None,
         on_error: OnError | None,
+        keep_until: float | None = None,
     ) -> None:
+        """The attempt leaves the running set (a ZREM: safe to send twice) and is counted.
+
+        The minute is fixed here, so a count sent again lands where it would have.
+        """
         member = _member(tool, call_id, attempt)
         bucket = bucket_of(call_id, self.keys.buckets)
-
-        def queue(pipe: Any) -> None:
-            pipe.zrem(self.keys.in_flight(bucket), member)
-            if counts:
-                self._count(pipe, tool, bucket, counts)
-
-        self._send(queue, batch, on_error)
+        held = None if keep_until is None else "stats"
+        own = Batch() if batch is None else batch
+        key = self.keys.in_flight(bucket)
+        own.add(self.redis, lambda pipe: pipe.zrem(key, member), on_error=on_error, held=held)
+        if counts:
+            now = self.clock.now()
+            write = "" if keep_until is None else f"{call_id}:{attempt}"
+            minute = int(now // 60)
+            args: list[Any] = [repr(now), write, "" if keep_until is None else repr(keep_until)]
+            args += [STATS_TTL_S, minute, minute - KEPT_MINUTES + 1]
+            for name, amount in counts.items():
+                args += [f"{tool}{_SEP}{name}", amount]
+            keys = [self.keys.stats(bucket), self.keys.stats_done(bucket)]
+            own.script(self.redis, self._count_script, keys, args, on_error=on_error, held=held)
+        if batch is None:
+            own.execute()
 
     def _send(self, queue: Any, batch: Batch | None, on_error: OnError | None) -> None:
         """Queue on ``batch`` (sent with the attempt's other commands), else send now."""
@@ -187,12 +214,6 @@ class CallStats:
         own.add(self.redis, queue, on_error=on_error)
         if batch is None:
             own.execute()
-
-    def _count(self, pipe: Any, tool: str, bucket: int, counts: dict[str, int]) -> None:
-        key = self.keys.stats(int(self.clock.now() // 60), bucket)
-        for name, amount in counts.items():
-            pipe.hincrby(key, f"{tool}{_SEP}{name}", amount)
-        pipe.expire(key, STATS_TTL_S)
 
     # -- the reader's side -------------------------------------------------
 
@@ -202,26 +223,27 @@ class CallStats:
         Leases that passed are pruned here, on the operator's path, not on the
         workers' call path.
         """
-        if not 1 <= minutes <= STATS_TTL_S // 60:
-            raise ValueError(f"minutes must be between 1 and {STATS_TTL_S // 60}, not {minutes}")
+        if not 1 <= minutes <= KEPT_MINUTES:
+            raise ValueError(f"minutes must be between 1 and {KEPT_MINUTES}, not {minutes}")
         now = self.clock.now()
         current = int(now // 60)
         buckets = range(self.keys.buckets)
         pipe = self.redis.pipeline(transaction=False)
-        for minute in range(current - minutes + 1, current + 1):
-            for bucket in buckets:
-                pipe.hgetall(self.keys.stats(minute, bucket))
+        for bucket in buckets:
+            pipe.hgetall(self.keys.stats(bucket))
         for bucket in buckets:
             pipe.zremrangebyscore(self.keys.in_flight(bucket), "-inf", f"({now!r}")
             pipe.zrange(self.keys.in_flight(bucket), 0, -1)
         replies = pipe.execute()
-        hashes = replies[: minutes * len(buckets)]
-        running = replies[minutes * len(buckets) + 1 :: 2]
+        hashes = replies[: len(buckets)]
+        running = replies[len(buckets) + 1 :: 2]
         counts: Counter[tuple[str, str]] = Counter()
         for fields in hashes:
             for name, value in fields.items():
-                tool, _, counter = _text(name).partition(_SEP)
-                counts[tool, counter] += int(value)
+                minute, _, rest = _text(name).partition(_SEP)
+                if minute.isdigit() and current - minutes < int(minute) <= current:
+                    tool, _, counter = rest.partition(_SEP)
+                    counts[tool, counter] += int(value)
         for members in running:
             for member in members:
                 counts[_text(member).split(_SEP, 1)[0], "in_flight"] += 1

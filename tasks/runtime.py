@@ -155,8 +155,12 @@ class WorkerRuntime:
             self.idempotency.release(final.release, batch)
         # this attempt is over; the call's end is counted by whichever step answers
         self.observers.withdrawn(spec, ctx, attempt, batch)
-        batch.execute()
-        return self.carry_out(ctx, action, attempt)
+        batch.execute(hold=True)
+        _note_held(ctx, batch)
+        try:
+            return self.carry_out(ctx, action, attempt)
+        finally:
+            self.settle_held(ctx, batch)
 
     def carry_out(self, ctx: CallContext, action: Action, attempt: int) -> str:
         """Do what a chain decided; returns what happened, for Flower's result column.
@@ -214,24 +218,67 @@ class WorkerRuntime:
         unsent: list[Exception] = []
         batch.add(self.redis, queue, on_error=unsent.append)
         try:
-            batch.execute()
+            batch.execute(hold=True)
         except REDIS_ERRORS as exc:  # another owner's write; a lease left behind expires
             log.warning("call %s: a write beside its answer failed: %s", ctx.call_id, exc)
-        if unsent:  # a Redis blip must not lose an answer already paid for
-            through_blips(lambda: _push(self.redis, queue), _delivery_window(ctx, now))
-        for _, _, sent in answers:
-            _log_outcome(sent)
+        _note_held(ctx, batch)
+        try:
+            if unsent:  # a Redis blip must not lose an answer already paid for
+                through_blips(lambda: _push(self.redis, queue), _delivery_window(ctx, now))
+            for _, _, sent in answers:
+                _log_outcome(sent)
+        finally:  # the answer went first; what else the blip cut off follows
+            self.settle_held(ctx, batch)
 
-    def flush(self, batch: Batch) -> None:
+    def flush(self, batch: Batch, ctx: CallContext, within_s: float | None = None) -> None:
         """Send an attempt's settlement that answers nobody (a retry, a deferral).
 
-        Its owners handle Redis being away themselves; what is left is a bug,
-        logged: the retry still goes out.
+        Its held writes are sent again after a blip for ``within_s`` at most
+        (a retry's delay: the next attempt must not wait on them), never past
+        the call's deadline. Other owners handle Redis being away themselves;
+        what is left is a bug, logged: the retry still goes out.
         """
         try:
-            batch.execute()
+            batch.execute(hold=True)
         except Exception:
             log.exception("an attempt's settlement failed; the call goes on")
+        _note_held(ctx, batch)
+        self.settle_held(ctx, batch, within_s)
+
+    def settle_held(self, ctx: CallContext, batch: Batch, within_s: float | None = None) -> None:
+        """The held writes a blip cut off, sent again until the call's deadline, else given up.
+
+        Each is safe to send twice (``toolexec.batch``). One that still cannot
+        be made is counted in ``toolexec_writes_dropped`` and logged, in one line.
+        """
+        if not batch.held:
+            return
+        window = held_window(ctx.deadline - self.clock.now(), within_s)
+        what = ", ".join(sorted(set(batch.held)))
+
+        def again() -> None:
+            if not batch.resend_held():
+                assert batch.held_error is not None
+                raise batch.held_error
+
+        try:
+            through_blips(again, window)
+        except REDIS_ERRORS as exc:
+            for dropped in batch.drop_held():
+                metrics().writes_dropped.labels(dropped).inc()
+            log.warning(
+                "call %s: gave up writing %s: Redis unreachable for the %.1f s left before the "
+                "call's deadline (%s: %s); counted in toolexec_writes_dropped",
+                ctx.call_id,
+                what,
+                window,
+                type(exc).__name__,
+                exc,
+            )
+        except Exception:  # a script's own error is a bug; the call was answered
+            log.exception("call %s: writing %s again failed", ctx.call_id, what)
+        else:
+            log.info("call %s: wrote %s after a Redis blip", ctx.call_id, what)
 
     def fail(
         self,
@@ -286,6 +333,27 @@ def _push(client: redis.Redis, queue: Callable[[Any], None]) -> None:
     pipe = client.pipeline(transaction=False)
     queue(pipe)
     pipe.execute()
+
+
+def _note_held(ctx: CallContext, batch: Batch) -> None:
+    if batch.held:
+        log.info(
+            "call %s: Redis unreachable for its settlement (%s); its answer goes first, then "
+            "%s again until its deadline",
+            ctx.call_id,
+            batch.held_error,
+            ", ".join(sorted(set(batch.held))),
+        )
+
+
+def held_window(deadline_left: float, within_s: float | None) -> float:
+    """How long held writes may be sent again: never past the call's deadline.
+
+    A record made after the deadline could no longer be told from a copy the
+    script has forgotten (``WRITE_ID_MARGIN_S``), and the caller has long moved on.
+    """
+    left = max(0.0, deadline_left)
+    return left if within_s is None else min(left, max(0.0, within_s))
 
 
 def _delivery_window(ctx: CallContext, now: float) -> float:

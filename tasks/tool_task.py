@@ -81,13 +81,13 @@ class ToolTask(Task):  # type: ignore[misc]
         if isinstance(verdict, Retry):
             error_type = verdict.error.error_type
             runtime.observers.retrying(self.spec, ctx, number, error_type, settlement)
-            runtime.flush(settlement)
+            runtime.flush(settlement, ctx, verdict.delay)
             # the text reaches Celery's log line and the task-retried event (Flower)
             error = scrub_text(f"{verdict.error.error_type}: {verdict.error.message}")
             why = f"{error}; retrying in {verdict.delay:.3f} s"
             self._again(ctx, verdict.context, verdict.delay, self._retries_allowed(verdict), why)
         runtime.observers.withdrawn(self.spec, ctx, number, settlement)
-        runtime.flush(settlement)
+        runtime.flush(settlement, ctx, verdict.delay if isinstance(verdict, Defer) else 0.0)
         if isinstance(verdict, Defer):
             # Celery counts a deferral as a retry though it used no attempt: always allow it
             why = f"rate limited by toolexec; waiting {verdict.delay:.3f} s for a slot"

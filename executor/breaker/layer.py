@@ -100,4 +100,5 @@ class BreakerLayer(Layer):
             success=not counts_as_failure(failure),
             duration_s=note.seen.duration_s,
             retry_after=getattr(failure, "retry_after", None),
+            write=attempt.write,
         )

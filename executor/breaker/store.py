@@ -292,7 +292,12 @@ class CircuitBreaker:
         if admission.permit is None:
             return
         key, permit = self.keys.breaker_probes(admission.name), admission.permit
-        batch.add(self.redis, lambda pipe: pipe.zrem(key, permit), on_error=self._unreachable)
+        batch.add(
+            self.redis,
+            lambda pipe: pipe.zrem(key, permit),
+            on_error=self._unreachable,
+            held="breaker permit release",  # a ZREM: safe to send twice
+        )
 
     def record(
         self,
@@ -338,8 +343,13 @@ class CircuitBreaker:
         duration_s: float,
         retry_after: float | None = None,
         caused: Callable[[Transition | None], None] | None = None,
+        write: tuple[str, float] | None = None,
     ) -> None:
-        """:meth:`record` queued on ``batch``; ``caused`` gets the transition, if any."""
+        """:meth:`record` queued on ``batch``; ``caused`` gets the transition, if any.
+
+        ``write`` (an id, and until when to remember it) makes the record a held
+        write that counts once however often it is sent (``toolexec.batch``).
+        """
         _check_name(name)
         if admission.name != name:
             raise UsageError(f"an admission of {admission.name!r} was recorded on {name!r}")
@@ -359,6 +369,8 @@ class CircuitBreaker:
             policy.open_s,
             policy.close_after,
             self.idle_ttl_s,
+            "" if write is None else write[0],
+            "" if write is None else repr(float(write[1])),
         ]
         self._register_into(batch, name)
 
@@ -367,7 +379,9 @@ class CircuitBreaker:
             if caused is not None:
                 caused(transition)
 
-        batch.script(self.redis, self._record, self._keys(name), args, recorded, self._unreachable)
+        keys = [*self._keys(name), self.keys.breaker_done(name)]
+        held = None if write is None else "breaker record"
+        batch.script(self.redis, self._record, keys, args, recorded, self._unreachable, held=held)
 
     # -- the operator's switches -------------------------------------------
 

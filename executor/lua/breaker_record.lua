@@ -1,5 +1,7 @@
 -- ARGV: now, failed, slow, retry_after, generation, permit, N, rate, window, min_calls,
---       open_s, M, idle_ttl   (N and rate: 0 = off; retry_after, generation: '' = none)
+--       open_s, M, idle_ttl, write id, keep   (N and rate: 0 = off; retry_after,
+--       generation, write id: '' = none). KEYS[4]: the record ids seen (prelude's once):
+--       a record sent again after a broken connection is counted once.
 local now = clock(ARGV[1])
 local failed, slow = ARGV[2] == '1', ARGV[3] == '1'
 local ra, gen, permit = opt(ARGV[4]), opt(ARGV[5]), ARGV[6]
@@ -8,6 +10,7 @@ local n, rate, size, min_calls = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(
 local open_s, m, idle = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
 local bad = failed or slow
 local b = load()
+if not once(KEYS[4], ARGV[14] or '', tonumber(ARGV[15] or '0'), now) then return view(b, now) end
 local until_ = now + open_s
 if bad and ra then until_ = math.max(until_, now + ra) end
 if permit ~= '' then redis.call('ZREM', PROBES, permit) end

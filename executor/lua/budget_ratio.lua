@@ -1,6 +1,7 @@
 -- A ratio retry budget. KEYS = {the budget's hash, its retries (sorted set)}.
 -- ARGV = now ('' = Redis TIME), operation (call | spend | peek), window_s, ratio,
--- min_retries, buckets. Calls are counted per bucket in the hash ('c:<bucket>'), buckets
+-- min_retries, buckets, write id, keep; KEYS[3], the write ids seen (prelude's once):
+-- a 'call' sent again after a broken connection is counted once. Calls are counted per bucket in the hash ('c:<bucket>'), buckets
 -- older than the window deleted here, so the hash holds at most buckets + 1
 -- fields; the window then reaches back between 9/10 and all of window_s, which
 -- can only undercount calls. Retries are members of a sorted set scored by
@@ -23,7 +24,7 @@ for i = 1, #raw, 2 do
   elseif field ~= 'seq' then table.insert(stale, field) end
 end
 if #stale > 0 then redis.call('HDEL', KEY, unpack(stale)) end
-if op == 'call' then
+if op == 'call' and once(KEYS[3], ARGV[7] or '', tonumber(ARGV[8] or '0'), now) then
   redis.call('HINCRBY', KEY, 'c:' .. string.format('%d', current), 1)
   calls = calls + 1
 end

@@ -1,9 +1,13 @@
 -- A token-bucket retry budget (gRPC retry throttling). KEYS[1] = the budget's hash.
 -- ARGV = now (unused), operation (fail | succeed | spend | peek), max_tokens,
--- token_ratio, idle TTL (s). A bucket nobody touched for the idle TTL expires and
--- starts full again.
+-- token_ratio, idle TTL (s), write id, keep; KEYS[3], the write ids seen (prelude's
+-- once): an outcome sent again after a broken connection is counted once. A bucket
+-- nobody touched for the idle TTL expires and starts full again.
 local KEY = KEYS[1]
 local op = ARGV[2]
+if (op == 'fail' or op == 'succeed') and (ARGV[6] or '') ~= '' then
+  if not once(KEYS[3], ARGV[6], tonumber(ARGV[7]), clock(ARGV[1])) then op = 'peek' end
+end
 local most, refund, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local tokens = tonumber(redis.call('HGET', KEY, 'tokens') or most)
 if op == 'fail' then tokens = math.max(0, tokens - 1)

@@ -140,6 +140,13 @@ class Metrics:
             ["tool"],
             registry=r,
         )
+        self.writes_dropped = Counter(
+            "toolexec_writes_dropped",
+            "Worker writes beside an answer (breaker and budget records, stats) given up "
+            "because Redis stayed unreachable until the call's deadline.",
+            ["write"],
+            registry=r,
+        )
         self._starts: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
 

@@ -76,11 +76,11 @@ def test_commands_of_several_owners_go_in_one_round_trip_each_answered_in_turn(
     script = client.register_script("return redis.call('INCRBY', KEYS[1], ARGV[1])")
     replies: list[Any] = []
     batch = Batch()
-    batch.add(client, lambda pipe: pipe.set(keys.stats(1, 0), 5), replies.append)
-    batch.script(client, script, [keys.stats(1, 0)], [2], replies.append)
+    batch.add(client, lambda pipe: pipe.set(keys.stats(0) + ":1", 5), replies.append)
+    batch.script(client, script, [keys.stats(0) + ":1"], [2], replies.append)
     batch.add(
         client,
-        lambda pipe: (pipe.incr(keys.stats(1, 0)), pipe.get(keys.stats(1, 0))),
+        lambda pipe: (pipe.incr(keys.stats(0) + ":1"), pipe.get(keys.stats(0) + ":1")),
         replies.append,
     )
     client.script_load(script.script)
@@ -99,8 +99,8 @@ def test_a_script_the_server_lost_is_loaded_and_run_again(
     script = client.register_script(f"-- {uuid.uuid4().hex}\nreturn redis.call('INCR', KEYS[1])")
     replies: list[Any] = []
     batch = Batch()
-    batch.add(client, lambda pipe: pipe.set(keys.stats(2, 0), 1), replies.append)
-    batch.script(client, script, [keys.stats(2, 0)], [], replies.append)
+    batch.add(client, lambda pipe: pipe.set(keys.stats(0) + ":2", 1), replies.append)
+    batch.script(client, script, [keys.stats(0) + ":2"], [], replies.append)
     batch.execute()
     assert replies == [True, 2]
     assert client.script_exists(script.sha) == [True]
@@ -123,8 +123,8 @@ def test_a_scripts_own_error_is_raised_not_failed_open(rdb: redis.Redis, keys: K
     heard: list[Exception] = []
     got: list[Any] = []
     batch = Batch()
-    batch.script(rdb, script, [keys.stats(3, 0)], [], on_error=heard.append)
-    batch.add(rdb, lambda pipe: pipe.set(keys.stats(3, 0), 1), got.append)
+    batch.script(rdb, script, [keys.stats(0) + ":3"], [], on_error=heard.append)
+    batch.add(rdb, lambda pipe: pipe.set(keys.stats(0) + ":3", 1), got.append)
     with pytest.raises(redis.ResponseError, match="broken"):
         batch.execute()
     assert heard == [] and got == [True]  # the others still got their replies
@@ -132,12 +132,12 @@ def test_a_scripts_own_error_is_raised_not_failed_open(rdb: redis.Redis, keys: K
 
 def test_a_batch_prepended_goes_first_and_counts_as_sent(rdb: redis.Redis, keys: Keys) -> None:
     first, then, order = Batch(), Batch(), []
-    first.add(rdb, lambda pipe: pipe.rpush(keys.stats(4, 0), "admitted"), order.append)
-    then.add(rdb, lambda pipe: pipe.rpush(keys.stats(4, 0), "settled"), order.append)
+    first.add(rdb, lambda pipe: pipe.rpush(keys.stats(0) + ":4", "admitted"), order.append)
+    then.add(rdb, lambda pipe: pipe.rpush(keys.stats(0) + ":4", "settled"), order.append)
     then.prepend(first)
     then.execute()
     first.execute()
-    assert rdb.lrange(keys.stats(4, 0), 0, -1) == ["admitted", "settled"] and order == [1, 2]
+    assert rdb.lrange(keys.stats(0) + ":4", 0, -1) == ["admitted", "settled"] and order == [1, 2]
 
 
 # -- the layers through the executor ------------------------------------------

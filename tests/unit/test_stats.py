@@ -83,7 +83,7 @@ def test_every_key_written_expires(stats: CallStats, rdb: redis.Redis, keys: Key
     assert 900 < rdb.ttl(keys.in_flight(bucket_of("c1"))) <= 960
 
     stats.retrying("fetch", "c1", 1, "timeout")
-    assert 0 < rdb.ttl(keys.stats(int(START // 60), bucket_of("c1"))) <= STATS_TTL_S
+    assert 0 < rdb.ttl(keys.stats(bucket_of("c1"))) <= STATS_TTL_S
     assert STATS_TTL_S >= 60 * 60 + 60
 
 
@@ -94,7 +94,7 @@ def test_tools_are_kept_apart_and_an_unknown_counter_is_ignored(
     stats.started("a", "c1", 1, START + 30)
     stats.finished("a", "c1", 1, None)
     stats.started("b", "c2", 1, START + 30)
-    rdb.hincrby(keys.stats(int(START // 60), 3), "a|hedged", 4)
+    rdb.hincrby(keys.stats(3), f"{int(START // 60)}|a|hedged", 4)
 
     seen = stats.window(1)
 
@@ -131,3 +131,19 @@ def test_the_running_attempt_of_a_call_is_found_until_it_ends(
     stats.finished("fetch", "call-a", 2, None)
     assert running_attempt(rdb, keys, "call-a") is None
     assert running_attempt(rdb, keys, "call-b") == 1
+
+
+def test_minutes_past_the_longest_window_are_pruned_and_keys_stay_per_bucket(
+    stats: CallStats, rdb: redis.Redis, keys: Keys, minute_clock: ManualClock
+) -> None:
+    """The key count is the buckets', from the first minute: no key per minute piles up."""
+    for minute in range(70):  # one call's bucket, one end a minute for 70 minutes
+        stats.finished("fetch", "c1", minute + 1, None)
+        minute_clock.advance(60)
+    stats.finished("fetch", "c1", 71, None)
+
+    fields = [name for name in rdb.hkeys(keys.stats(bucket_of("c1"))) if name != "pruned"]
+    minutes = {int(name.split("|", 1)[0]) for name in fields}
+    assert (min(minutes), max(minutes)) == (int(START // 60) + 9, int(START // 60) + 70)
+    assert rdb.keys(f"{keys.prefix}:stats:*") == [keys.stats(bucket_of("c1"))]
+    assert stats.window(62)["fetch"].calls == 62
