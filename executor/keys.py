@@ -372,6 +372,16 @@ class BrokerKeys:
         """
         return f"{self.prefix}:consumer:{consumer}:held"
 
+    def inbox(self, consumer: str, queue: str) -> str:
+        """List: the message ``consumer`` is taking from ``queue`` (``toolexec.inbox``).
+
+        A message moves here with ``BLMOVE`` and leaves in the MULTI/EXEC that
+        records it as unacknowledged, so it is almost always empty (and so
+        absent). No TTL: what it holds are calls, which must not expire; the
+        orphan watch moves a dead consumer's inbox back to its queue.
+        """
+        return f"{self.prefix}:consumer:{consumer}:inbox:{queue}"
+
     def reaping(self, consumer: str) -> str:
         """String: which watcher is restoring a dead ``consumer``'s messages.
 

@@ -50,6 +50,7 @@ __all__ = [
     "deactivate",
     "dead_consumers",
     "held_key",
+    "inbox_key",
     "may_judge",
 ]
 
@@ -69,6 +70,7 @@ HELD_MARGIN_S = 60
 
 @dataclass(frozen=True)
 class _Holder:
+    keys: BrokerKeys
     consumer: str
     held: str
     pid: int
@@ -86,7 +88,7 @@ def activate(keys: BrokerKeys) -> str:
     global _holder
     if _holder is None or _holder.pid != os.getpid():
         consumer = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        _holder = _Holder(consumer, keys.held(consumer), os.getpid())
+        _holder = _Holder(keys, consumer, keys.held(consumer), os.getpid())
     return _holder.consumer
 
 
@@ -105,6 +107,13 @@ def held_key() -> str | None:
     if _holder is None or _holder.pid != os.getpid():
         return None
     return _holder.held
+
+
+def inbox_key(queue: str) -> str | None:
+    """This process's inbox for ``queue`` (``toolexec.inbox``), or None without a watcher."""
+    if _holder is None or _holder.pid != os.getpid():
+        return None
+    return _holder.keys.inbox(_holder.consumer, queue)
 
 
 def may_judge(now: float, connected_since: float | None, alive_ttl_s: float) -> bool:
@@ -209,19 +218,31 @@ class OrphanWatch:
         waiting = [t for t, present in zip(tags, pipe.execute(), strict=True) if present]
         for tag in waiting:
             channel.qos.restore_by_tag(tag, client=client)
+        moved = self._empty_inboxes(client, dead)
         pipe = client.pipeline(transaction=False)
         pipe.delete(self.keys.held(dead))
         pipe.srem(self.keys.consumers(), dead)
         pipe.delete(lock)
         pipe.execute()
-        if waiting:
+        if waiting or moved:
             log.warning(
                 "worker consumer %s stopped beating; %d message(s) it had taken are back in "
                 "their queues",
                 dead,
-                len(waiting),
+                len(waiting) + moved,
             )
-        return len(waiting)
+        return len(waiting) + moved
+
+    def _empty_inboxes(self, client: Any, dead: str) -> int:
+        """Move what ``dead`` was taking, not yet recorded, back to the head of its queue."""
+        start = self.keys.inbox(dead, "")
+        moved = 0
+        for raw in client.scan_iter(match=f"{start}*", count=1000):
+            inbox = _text(raw)
+            queue = inbox[len(start) :]
+            while client.lmove(inbox, queue, "LEFT", "RIGHT") is not None:
+                moved += 1
+        return moved
 
     def start(self) -> OrphanWatch:
         self._thread = threading.Thread(target=self._loop, name="toolexec-orphans", daemon=True)

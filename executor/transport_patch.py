@@ -46,7 +46,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import base as virtual
 from kombu.utils.json import dumps
 
-from toolexec import orphans
+from toolexec import inbox, orphans
 from toolexec.connection import BLIPS, through_blips
 
 __all__ = ["install"]
@@ -70,6 +70,7 @@ def install() -> None:
     qos = kombu_redis.QoS
     setattr(qos, "append", _keeping_taken_messages(_noting_held))  # noqa: B010
     setattr(qos, "_remove_from_indices", _forgetting_held(qos._remove_from_indices))  # noqa: B010
+    inbox.install(channel)
     setattr(channel, "_toolexec_patched", True)  # noqa: B010
 
 
@@ -92,9 +93,12 @@ def _keeping_conninfo(original: Callable[..., dict[str, Any]]) -> Callable[..., 
 def _keeping_taken_messages(original: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(original)
     def append(self: Any, message: Any, delivery_tag: Any) -> None:
+        taken = inbox.take_pending()  # once: every try of the record must empty the inbox
         try:
-            through_blips(lambda: original(self, message, delivery_tag), UNACKED_WRITE_S)
+            through_blips(lambda: original(self, message, delivery_tag, taken), UNACKED_WRITE_S)
         except BLIPS as exc:
+            # still in the inbox, if it was moved there: the orphan watch gives it back
+            # should this worker die too
             log.warning(
                 "message %s taken while Redis went away (%s); running it without its "
                 "unacknowledged record",
@@ -106,7 +110,9 @@ def _keeping_taken_messages(original: Callable[..., None]) -> Callable[..., None
     return append
 
 
-def _noting_held(self: Any, message: Any, delivery_tag: Any) -> None:
+def _noting_held(
+    self: Any, message: Any, delivery_tag: Any, taken: tuple[str, bytes] | None = None
+) -> None:
     """kombu's unacked record of a taken message, plus this consumer's held set: one round trip.
 
     The record's layout is the one kombu's ``restore_by_tag`` reads back (the
@@ -122,6 +128,8 @@ def _noting_held(self: Any, message: Any, delivery_tag: Any) -> None:
         pipe.hset(self.unacked_key, delivery_tag, entry)
         if held is not None:
             pipe.sadd(held, delivery_tag)
+        if taken is not None:  # out of the inbox it was moved into (toolexec.inbox)
+            pipe.lrem(taken[0], 1, taken[1])
         pipe.execute()
     virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from cluster_support import cluster_run
-from kombu import Connection
+from kombu import Connection, Queue
 
 from toolexec import orphans, transport_patch
 from toolexec.clock import ManualClock
@@ -132,3 +132,64 @@ def test_a_beating_consumers_messages_stay_with_it(broker: Connection, keys: Bro
     assert client.hexists(broker.default_channel.unacked_key, taken.delivery_tag)
     assert client.sismember(keys.held(alive), taken.delivery_tag)
     taken.ack()
+
+
+def _one_list(broker: Connection) -> Connection:
+    """A connection whose queues are one list each, as toolexec configures its broker."""
+    uri = broker.as_uri(include_password=True)
+    return Connection(uri, transport_options={"priority_steps": [0]})
+
+
+def test_a_message_is_moved_into_the_inbox_and_out_by_its_record(
+    broker: Connection, keys: BrokerKeys
+) -> None:
+    queue = f"t-orphans-{uuid.uuid4().hex[:8]}"
+    broker.SimpleQueue(queue).put({"call": 4})
+    me = orphans.activate(keys)
+    conn = _one_list(broker)
+    got: list[Any] = []
+    with conn.Consumer(Queue(queue), callbacks=[lambda body, message: got.append(message)]):
+        conn.drain_events(timeout=5)
+    client = broker.default_channel.client
+
+    assert [m.payload for m in got] == [{"call": 4}]
+    assert conn.default_channel.__dict__["_toolexec_taking"][0] == queue  # BLMOVE, not BRPOP
+    assert client.llen(keys.inbox(me, queue)) == 0
+    assert client.sismember(keys.held(me), got[0].delivery_tag)
+    got[0].ack()
+    assert not client.sismember(keys.held(me), got[0].delivery_tag)
+    conn.release()
+
+
+def test_a_message_moved_but_never_recorded_goes_back_when_its_taker_dies(
+    broker: Connection, keys: BrokerKeys
+) -> None:
+    """The window a SIGKILL used to lose a call in: taken from the queue, not yet recorded."""
+    queue = f"t-orphans-{uuid.uuid4().hex[:8]}"
+    broker.SimpleQueue(queue).put({"call": 5})
+    dead = orphans.activate(keys)
+    _watch(broker, keys, dead, alive_ttl_s=0.3).tick()
+    conn = _one_list(broker)
+    channel = conn.channel()
+    channel.basic_consume(queue, no_ack=False, callback=lambda message: None, consumer_tag="t")
+    # what kombu's poller does before it waits: a connection of the wait's own
+    channel.client.connection = channel.client.connection_pool.get_connection()
+    channel._brpop_start(timeout=1)  # the wait is sent; its reply is never read
+    client = broker.default_channel.client
+    _wait(lambda: client.llen(keys.inbox(dead, queue)) == 1)
+    assert client.llen(queue) == 0
+    # the taker dies: its socket closes with the reply unread, and nothing runs after
+    channel.client.connection.disconnect()
+    orphans.deactivate()
+
+    clock = ManualClock(1000.0)
+    other = _watch(broker, keys, "other", clock=clock, alive_ttl_s=0.3)
+    other.tick()
+    _wait(lambda: not client.exists(keys.alive(dead)))
+    clock.advance(1.0)
+
+    assert other.tick() == 1
+    again = broker.clone().SimpleQueue(queue, no_ack=False).get(timeout=5)
+    assert again.payload == {"call": 5}
+    again.ack()
+    assert client.llen(keys.inbox(dead, queue)) == 0
