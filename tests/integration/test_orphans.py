@@ -9,7 +9,6 @@ worker for the same thing end to end.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +18,7 @@ from cluster_support import cluster_run
 from kombu import Connection, Queue
 
 from toolexec import orphans, transport_patch
+from toolexec.chaos import wait_until
 from toolexec.clock import ManualClock
 from toolexec.keys import BrokerKeys
 
@@ -26,16 +26,6 @@ pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(cluster_run(), reason="a Redis Cluster cannot be a kombu broker"),
 ]
-
-
-def _wait(check: Any, timeout: float = 10.0) -> Any:
-    give_up = time.monotonic() + timeout
-    while time.monotonic() < give_up:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.02)
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
@@ -65,6 +55,17 @@ def _watch(broker: Connection, keys: BrokerKeys, consumer: str, **kw: Any) -> or
     return orphans.OrphanWatch(connect, keys, consumer, visibility_timeout=3600, **kw)
 
 
+def _restored_by_another(broker: Connection, keys: BrokerKeys, dead: str) -> int:
+    """Another worker's watch, once ``dead``'s alive key has expired: what it restored."""
+    client = broker.default_channel.client
+    clock = ManualClock(1000.0)
+    other = _watch(broker, keys, "other", clock=clock, alive_ttl_s=0.3)
+    assert other.tick() == 0  # just connected: nobody is judged yet
+    assert wait_until(lambda: not client.exists(keys.alive(dead)), 10)
+    clock.advance(1.0)
+    return other.tick()
+
+
 def _take(broker: Connection, queue: str) -> Any:
     """Take one message and keep it unacknowledged, as a worker does while it runs a call."""
     message = broker.SimpleQueue(queue, no_ack=False).get(timeout=5)
@@ -85,13 +86,7 @@ def test_a_dead_consumers_message_is_back_in_its_queue(
     assert client.sismember(keys.held(dead), taken.delivery_tag)
     orphans.deactivate()  # the consumer "dies": nobody beats or acks for it any more
 
-    clock = ManualClock(1000.0)
-    other = _watch(broker, keys, "other", clock=clock, alive_ttl_s=0.3)
-    assert other.tick() == 0  # just connected: nobody is judged yet
-    _wait(lambda: not client.exists(keys.alive(dead)))
-    clock.advance(1.0)
-
-    assert other.tick() == 1
+    assert _restored_by_another(broker, keys, dead) == 1
     again = broker.clone().SimpleQueue(queue, no_ack=False).get(timeout=5)
     assert again.payload == {"call": 1}
     assert again.delivery_info.get("redelivered") or again.headers.get("redelivered")
@@ -176,19 +171,13 @@ def test_a_message_moved_but_never_recorded_goes_back_when_its_taker_dies(
     channel.client.connection = channel.client.connection_pool.get_connection()
     channel._brpop_start(timeout=1)  # the wait is sent; its reply is never read
     client = broker.default_channel.client
-    _wait(lambda: client.llen(keys.inbox(dead, queue)) == 1)
+    assert wait_until(lambda: client.llen(keys.inbox(dead, queue)) == 1, 10)
     assert client.llen(queue) == 0
     # the taker dies: its socket closes with the reply unread, and nothing runs after
     channel.client.connection.disconnect()
     orphans.deactivate()
 
-    clock = ManualClock(1000.0)
-    other = _watch(broker, keys, "other", clock=clock, alive_ttl_s=0.3)
-    other.tick()
-    _wait(lambda: not client.exists(keys.alive(dead)))
-    clock.advance(1.0)
-
-    assert other.tick() == 1
+    assert _restored_by_another(broker, keys, dead) == 1
     again = broker.clone().SimpleQueue(queue, no_ack=False).get(timeout=5)
     assert again.payload == {"call": 5}
     again.ack()
