@@ -91,6 +91,7 @@ def _moving_start(original: Callable[..., Any]) -> Callable[..., Any]:
         if queue is None or inbox is None:
             self.__dict__[_TAKING] = None
             return original(self, timeout)
+        orphans.announce_inbox(self.client, queue)
         self.__dict__[_TAKING] = (queue, inbox)
         wait = self.brpop_timeout if timeout is None else timeout
         self._in_poll = self.client.connection

@@ -382,6 +382,14 @@ class BrokerKeys:
         """
         return f"{self.prefix}:consumer:{consumer}:inbox:{queue}"
 
+    def inboxes(self, consumer: str) -> str:
+        """Set: the queues ``consumer`` has an inbox for, so a watcher finds them without SCAN.
+
+        Written once per queue, before the consumer's first ``BLMOVE`` from it. No
+        TTL, like the inboxes: a watcher deletes it with the dead consumer's keys.
+        """
+        return f"{self.prefix}:consumer:{consumer}:inboxes"
+
     def reaping(self, consumer: str) -> str:
         """String: which watcher is restoring a dead ``consumer``'s messages.
 

@@ -35,7 +35,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kombu.exceptions import OperationalError
@@ -47,6 +47,7 @@ from toolexec.keys import CONSUMER_ALIVE_TTL_S, REAP_LOCK_S, BrokerKeys
 __all__ = [
     "OrphanWatch",
     "activate",
+    "announce_inbox",
     "deactivate",
     "dead_consumers",
     "held_key",
@@ -74,6 +75,8 @@ class _Holder:
     consumer: str
     held: str
     pid: int
+    #: queues whose inbox the broker already knows of (``BrokerKeys.inboxes``)
+    announced: set[str] = field(default_factory=set)
 
 
 _holder: _Holder | None = None
@@ -114,6 +117,20 @@ def inbox_key(queue: str) -> str | None:
     if _holder is None or _holder.pid != os.getpid():
         return None
     return _holder.keys.inbox(_holder.consumer, queue)
+
+
+def announce_inbox(client: Any, queue: str) -> None:
+    """Tell the broker, once per queue, that this consumer has an inbox for ``queue``.
+
+    Before the first message can be moved there, so that a watcher finds every
+    inbox of a dead consumer from one set, never by scanning the keyspace.
+    """
+    if _holder is None or _holder.pid != os.getpid() or queue in _holder.announced:
+        return
+    pipe = client.pipeline(transaction=False)
+    pipe.sadd(_holder.keys.inboxes(_holder.consumer), queue)
+    pipe.execute()
+    _holder.announced.add(queue)
 
 
 def may_judge(now: float, connected_since: float | None, alive_ttl_s: float) -> bool:
@@ -220,7 +237,7 @@ class OrphanWatch:
             channel.qos.restore_by_tag(tag, client=client)
         moved = self._empty_inboxes(client, dead)
         pipe = client.pipeline(transaction=False)
-        pipe.delete(self.keys.held(dead))
+        pipe.delete(self.keys.held(dead), self.keys.inboxes(dead))
         pipe.srem(self.keys.consumers(), dead)
         pipe.delete(lock)
         pipe.execute()
@@ -235,11 +252,10 @@ class OrphanWatch:
 
     def _empty_inboxes(self, client: Any, dead: str) -> int:
         """Move what ``dead`` was taking, not yet recorded, back to the head of its queue."""
-        start = self.keys.inbox(dead, "")
         moved = 0
-        for raw in client.scan_iter(match=f"{start}*", count=1000):
-            inbox = _text(raw)
-            queue = inbox[len(start) :]
+        for raw in client.smembers(self.keys.inboxes(dead)):
+            queue = _text(raw)
+            inbox = self.keys.inbox(dead, queue)
             while client.lmove(inbox, queue, "LEFT", "RIGHT") is not None:
                 moved += 1
         return moved
