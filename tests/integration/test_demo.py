@@ -182,6 +182,10 @@ def _wait_for_line(process: subprocess.Popen[str], pattern: str, seen: list[str]
     raise AssertionError(f"the demo never printed {pattern!r}:\n{''.join(seen)}")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_interrupted_demo_still_stops_everything_it_started(
     tmp_path: Path, signum: signal.Signals
@@ -194,6 +198,10 @@ def test_interrupted_demo_still_stops_everything_it_started(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # A runner started in the background (``cmd &``, nohup) ignores SIGINT, and a
+        # child inherits that: Python then installs no KeyboardInterrupt handler at all.
+        # A user's terminal never does this, so the demo is given the default back.
+        preexec_fn=_default_sigint,
     )
     seen: list[str] = []
     try:
