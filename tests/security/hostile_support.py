@@ -135,6 +135,21 @@ def deployment(
         proc.stop()
 
 
+#: The deployments a hostile message is tried on: Redis and RabbitMQ brokers, and prefork.
+FLEETS = ["redis", "rabbitmq", "redis-prefork"]
+
+
+@contextmanager
+def fleet_of(
+    kind: str, base: Settings, worker_env: dict[str, str], log_path: Path
+) -> Iterator[Deployment]:
+    """A :func:`deployment` of one of :data:`FLEETS`."""
+    broker = rabbitmq_url() if kind == "rabbitmq" else None
+    pool = kind.partition("-")[2] or "threads"
+    with deployment(base, worker_env, log_path, broker=broker, pool=pool) as found:
+        yield found
+
+
 def dead_letters(client: Any, key: str) -> list[dict[str, Any]]:
     return [json.loads(raw) for raw in client.lrange(key, 0, -1)]
 

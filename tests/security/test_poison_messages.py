@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from security.hostile_support import Deployment, dead_letters, deployment, eventually, rabbitmq_url
+from security.hostile_support import FLEETS, Deployment, dead_letters, eventually, fleet_of
 from toolexec.connection import redis_client
 from toolexec.keys import Keys
 from toolexec.settings import Settings
@@ -42,18 +42,15 @@ POISON_BODIES: list[object] = [
 ]
 
 
-@pytest.fixture(scope="module", params=["redis", "rabbitmq", "redis-prefork"])
+@pytest.fixture(scope="module", params=FLEETS)
 def fleet(
     request: pytest.FixtureRequest,
     settings: Settings,
     worker_env: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Deployment]:
-    broker = rabbitmq_url() if request.param == "rabbitmq" else None
     log = tmp_path_factory.mktemp("poison") / f"worker-{request.param}.log"
-    with deployment(
-        settings, worker_env, log, broker=broker, pool=request.param.partition("-")[2] or "threads"
-    ) as found:
+    with fleet_of(request.param, settings, worker_env, log) as found:
         yield found
 
 

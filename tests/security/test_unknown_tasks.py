@@ -19,13 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from security.hostile_support import (
-    Deployment,
-    dead_letters,
-    deployment,
-    eventually,
-    rabbitmq_url,
-)
+from security.hostile_support import FLEETS, Deployment, dead_letters, eventually, fleet_of
 from toolexec.connection import redis_client
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
@@ -38,7 +32,7 @@ pytestmark = pytest.mark.integration
 MARK = f"unknown-{uuid.uuid4().hex}"
 
 
-@pytest.fixture(scope="module", params=["redis", "rabbitmq", "redis-prefork"])
+@pytest.fixture(scope="module", params=FLEETS)
 def old_fleet(
     request: pytest.FixtureRequest,
     settings: Settings,
@@ -46,11 +40,8 @@ def old_fleet(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Deployment]:
     """A worker deployed before ``sec_new`` existed."""
-    broker = rabbitmq_url() if request.param == "rabbitmq" else None
     log = tmp_path_factory.mktemp("unknown") / f"old-worker-{request.param}.log"
-    with deployment(
-        settings, worker_env, log, broker=broker, pool=request.param.partition("-")[2] or "threads"
-    ) as found:
+    with fleet_of(request.param, settings, worker_env, log) as found:
         yield found
 
 
