@@ -42,6 +42,7 @@ from kombu.exceptions import OperationalError
 
 from toolexec.clock import Clock, SystemClock
 from toolexec.connection import BLIPS
+from toolexec.idempotency.ticks import run_every
 from toolexec.keys import CONSUMER_ALIVE_TTL_S, REAP_LOCK_S, BrokerKeys
 
 __all__ = [
@@ -272,8 +273,4 @@ class OrphanWatch:
         self._drop()
 
     def _loop(self) -> None:
-        while not self._stop.wait(WATCH_S):
-            try:
-                self.tick()
-            except Exception as exc:  # a missed look must never stop the worker
-                log.warning("orphan watch failed: %s: %s", type(exc).__name__, exc)
+        run_every(WATCH_S, self.tick, "orphan watch", self._stop)
