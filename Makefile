@@ -1,12 +1,13 @@
 # Two commands do all the set-up on a fresh machine with Python 3.11+:
 #   make demo   - venv, install, run the scripted agent against a flaky local service
 #   make test   - venv, install, lint, type-check, run the whole suite (embedded Valkey)
+#   make docs   - the documentation site (mkdocs.yml, docs/) as HTML in site/, strictly
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-redis lint bench bench-perf chaos clean test-rabbitmq test-cluster \
+.PHONY: demo test docs test-redis lint bench bench-perf chaos clean test-rabbitmq test-cluster \
 	test-e2e screenshot browser honcho dashboard-preview
 
 $(STAMP): pyproject.toml
@@ -27,6 +28,14 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest
+
+# The site from docs/ and the public modules' docstrings; --strict fails on a broken link,
+# a missing anchor or a page left out of the navigation.
+# mkdocstrings reads the package through the same view of symlinks as mypy (see lint).
+docs: $(STAMP)
+	rm -rf .typecheck && mkdir -p .typecheck/toolexec
+	cd .typecheck/toolexec && ln -s ../../executor/* . && ln -s ../../tasks tasks && ln -s ../../fallback fallback
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The same suite against an external server, e.g. the one on 127.0.0.1:6379: a server for
 # tests. The run uses one of its databases 1-15 that is empty, and empties it again at
@@ -73,7 +82,7 @@ browser:
 test-e2e: $(STAMP)
 	$(BIN)/pytest tests/e2e
 
-# Re-make docs/flower-tasks.png (the README's screenshot) with the browser test.
+# Re-make docs/flower-tasks.png (the screenshot in docs/ops/monitoring.md) with the browser test.
 screenshot: $(STAMP)
 	TOOLEXEC_UPDATE_DOCS=1 $(BIN)/pytest tests/e2e -k tasks_page
 
@@ -105,10 +114,10 @@ bench-perf: $(STAMP)
 	$(BIN)/python bench/cpu_profile.py
 	$(BIN)/python bench/runner.py
 
-# Processes killed under load, one table (README, Reliability); the soak is separate:
+# Processes killed under load, one table (docs/ops/reliability.md); the soak is separate:
 #   $(BIN)/python bench/chaos.py --scenario soak --minutes 20
 chaos: $(STAMP)
 	$(BIN)/python bench/chaos.py
 
 clean:
-	rm -rf $(VENV) .typecheck .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .typecheck .mypy_cache .ruff_cache .pytest_cache site
