@@ -266,7 +266,7 @@ class RateLimitPolicy:
 
 @dataclass(frozen=True)
 class ToolPolicy:
-    """How the executor runs one tool; see the README for each field."""
+    """How the executor runs one tool; docs/guides/tools.md says what each field does."""
 
     timeout: float = 30.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)

@@ -3,7 +3,7 @@
 Nothing reads the environment at import time: the CLI, the Celery app's
 ``on_configure`` hook and :meth:`ToolClient.from_env` call
 :meth:`Settings.from_env` when they start. Every field is documented in the
-README's configuration table; the environment variable is the field name in
+configuration table (docs/ops/configuration.md); the environment variable is the field name in
 upper case with the ``TOOLEXEC_`` prefix.
 """
 
@@ -25,7 +25,7 @@ def _default_data_dir() -> Path:
 
 
 class Settings(BaseSettings):
-    """toolexec's settings; see the README for each variable."""
+    """toolexec's settings; docs/ops/configuration.md says what each variable does."""
 
     model_config = SettingsConfigDict(env_prefix="TOOLEXEC_", frozen=True, extra="ignore")
 
