@@ -5,7 +5,7 @@ succeed, retry and fail, headless Chromium logs in and finds each call on
 the tasks page, and Flower's API shows the retries and error types. The
 recipe (system Chromium through Playwright, no browser download) is
 docs/background.md, Flower. ``TOOLEXEC_UPDATE_DOCS=1`` (``make screenshot``) also writes the
-screenshot the README shows, docs/flower-tasks.png.
+screenshot docs/ops/monitoring.md shows, docs/flower-tasks.png.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""examples/trace_one_call.py prints the trace of one call retried twice, as the README shows."""
+"""examples/trace_one_call.py prints the trace of a call retried twice (docs/ops/monitoring.md)."""
 
 from __future__ import annotations
 
