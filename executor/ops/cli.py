@@ -358,23 +358,44 @@ def demo(keep_server: bool) -> None:
 
 @cli.group()
 def embedded() -> None:
-    """The embedded Valkey server used when TOOLEXEC_REDIS_URL is unset."""
+    """The embedded Valkey server used when TOOLEXEC_REDIS_URL is unset.
+
+    One per project (TOOLEXEC_DATA_DIR, by default a folder per project under
+    ~/.local/share/toolexec/projects); it keeps running in the background until stopped.
+    """
 
 
 @embedded.command("start")
 def embedded_start() -> None:
     """Start it (or find it running) and print its URL."""
     from toolexec.embedded import ensure_embedded
-    from toolexec.settings import Settings
 
     click.echo(ensure_embedded(Settings.from_env().data_dir).url)
+
+
+@embedded.command("status")
+def embedded_status() -> None:
+    """Say whether this project's embedded server runs, where, and its files.
+
+    Exits 1 when none runs.
+    """
+    from toolexec.embedded import embedded_status as find
+
+    data_dir = Settings.from_env().data_dir
+    server = find(data_dir)
+    if server is None:
+        click.echo(
+            f"no embedded server runs for this project (data folder {data_dir}); the first "
+            "toolexec command that needs Redis starts one, unless TOOLEXEC_REDIS_URL is set"
+        )
+        sys.exit(1)
+    click.echo(f"running at {server.url}, pid {server.pid}, files in {data_dir / 'valkey'}")
 
 
 @embedded.command("stop")
 def embedded_stop() -> None:
     """Stop it."""
     from toolexec.embedded import stop_embedded
-    from toolexec.settings import Settings
 
     stopped = stop_embedded(Settings.from_env().data_dir)
     click.echo("stopped" if stopped else "not running")

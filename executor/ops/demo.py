@@ -681,7 +681,7 @@ class _Services:
             _ping(self.url)
             self._done(f"Redis at {redact_url(self.url)} (TOOLEXEC_REDIS_URL)")
             return
-        self.embedded = ensure_embedded(self.base.data_dir)
+        self.embedded = ensure_embedded(self.base.data_dir, notify=None)  # says it below
         self.url = self.embedded.url
         how = "started" if self.embedded.started_here else "already running"
         self._done(f"embedded Valkey {how} at {self.url} (pid {self.embedded.pid})")
