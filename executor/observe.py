@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 from toolexec.batch import Batch
 from toolexec.clock import Clock, SystemClock
@@ -84,8 +85,27 @@ class CallObservers:
         self._quietly(self.spans.finished, ctx.call_id, result)
         if self.stats is not None:
             self._counted(
-                self.stats.finished, batch, ctx, ctx.tool, ctx.call_id, attempt, error_type
+                partial(
+                    self.stats.finished,
+                    call_of=_called(ctx),
+                    degraded=result.degraded,
+                    chained=result.fallback is not None,
+                ),
+                batch,
+                ctx,
+                ctx.tool,
+                ctx.call_id,
+                attempt,
+                error_type,
             )
+
+    def handed_on(
+        self, spec: ToolSpec, ctx: CallContext, attempt: int, batch: Batch | None = None
+    ) -> None:
+        """The attempt ended and its result goes to the fallback chain (which may answer)."""
+        self._quietly(self.metrics.withdrawn, spec.name, ctx.call_id, attempt)
+        if self.stats is not None:
+            self._counted(self.stats.handed_on, batch, ctx, spec.name, ctx.call_id, attempt)
 
     def withdrawn(
         self, spec: ToolSpec, ctx: CallContext, attempt: int, batch: Batch | None = None
@@ -134,3 +154,8 @@ class CallObservers:
                 type(exc).__name__,
                 exc,
             )
+
+
+def _called(ctx: CallContext) -> str:
+    """The tool the caller called: a fallback step's context keeps it in its chain state."""
+    return ctx.fallback.primary if ctx.fallback is not None else ctx.tool

@@ -51,6 +51,7 @@ __all__ = [
     "announce_inbox",
     "deactivate",
     "dead_consumers",
+    "hand_back",
     "held_key",
     "inbox_key",
     "may_judge",
@@ -81,6 +82,9 @@ class _Holder:
 
 
 _holder: _Holder | None = None
+
+#: This process's running watch, for :func:`hand_back` (a worker stopping at once).
+_running: OrphanWatch | None = None
 
 
 def activate(keys: BrokerKeys) -> str:
@@ -132,6 +136,22 @@ def announce_inbox(client: Any, queue: str) -> None:
     pipe.sadd(_holder.keys.inboxes(_holder.consumer), queue)
     pipe.execute()
     _holder.announced.add(queue)
+
+
+def hand_back() -> int:
+    """Messages this process's consumer held, put back in their queues (0 without a watch).
+
+    A broker that is away keeps them in its unacknowledged set: the other
+    workers' watchers restore them once this consumer's alive key expires.
+    """
+    watch = _running
+    if watch is None or _holder is None or _holder.pid != os.getpid():
+        return 0
+    try:
+        return watch.hand_back_own()
+    except _AWAY as exc:
+        log.warning("could not hand back the messages this worker held: %s", exc)
+        return 0
 
 
 def may_judge(now: float, connected_since: float | None, alive_ttl_s: float) -> bool:
@@ -223,7 +243,7 @@ class OrphanWatch:
             pipe.exists(self.keys.alive(member))
         return dead_consumers(members, [bool(n) for n in pipe.execute()], self.consumer)
 
-    def _reap(self, channel: Any, dead: str) -> int:
+    def _reap(self, channel: Any, dead: str, *, own: bool = False) -> int:
         """Restore ``dead``'s messages; one watcher at a time per dead consumer."""
         client = channel.client
         lock = self.keys.reaping(dead)
@@ -242,7 +262,7 @@ class OrphanWatch:
         pipe.srem(self.keys.consumers(), dead)
         pipe.delete(lock)
         pipe.execute()
-        if waiting or moved:
+        if (waiting or moved) and not own:
             log.warning(
                 "worker consumer %s stopped beating; %d message(s) it had taken are back in "
                 "their queues",
@@ -262,9 +282,30 @@ class OrphanWatch:
         return moved
 
     def start(self) -> OrphanWatch:
+        global _running
         self._thread = threading.Thread(target=self._loop, name="toolexec-orphans", daemon=True)
         self._thread.start()
+        _running = self
         return self
+
+    def hand_back_own(self) -> int:
+        """Put every message this consumer holds back in its queue, now, and forget it.
+
+        For a worker that stops without finishing its calls (a second Ctrl-C):
+        what a dead consumer's watcher would do seconds later, done by the
+        consumer itself on a connection of its own (the watch thread's may be
+        mid-beat). A call that had started keeps its idempotency record, so a
+        side effect is never run twice: its lease hands it over.
+        """
+        self._stop.set()
+        channel = self.connect()
+        try:
+            return self._reap(channel, self.consumer, own=True)
+        finally:
+            try:
+                channel.connection.client.release()
+            except Exception as exc:  # the process exits next: nothing to keep
+                log.debug("orphan watch: closing the hand-back connection: %s", exc)
 
     def stop(self) -> None:
         self._stop.set()

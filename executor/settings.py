@@ -9,19 +9,48 @@ upper case with the ``TOOLEXEC_`` prefix.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-__all__ = ["Settings"]
+__all__ = ["PROJECT_MARKERS", "Settings", "project_data_dir", "project_root"]
+
+
+#: Files or folders that mark a project's root folder (the nearest one above the
+#: working directory that holds one of them).
+PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+
+def project_root(cwd: Path) -> Path:
+    """The project the working directory belongs to: the nearest folder at or above it that
+    holds a :data:`PROJECT_MARKERS` entry, else the working directory itself (pure but for
+    reading the folders)."""
+    for folder in (cwd, *cwd.parents):
+        if any((folder / marker).exists() for marker in PROJECT_MARKERS):
+            return folder
+    return cwd
+
+
+def project_data_dir(base: Path, root: Path) -> Path:
+    """A data folder of the project at ``root``: its name and a hash of its path (pure).
+
+    Two checkouts on one host (two projects, or two clones of one) get two folders, so
+    two embedded servers and two tool catalogs; a worker and a client started anywhere
+    inside the same project share one.
+    """
+    digest = hashlib.sha256(str(root).encode()).hexdigest()[:10]
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", root.name)[:40] or "root"
+    return base / "toolexec" / "projects" / f"{name}-{digest}"
 
 
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "toolexec"
+    return project_data_dir(Path(base), project_root(Path.cwd().resolve()))
 
 
 class Settings(BaseSettings):
@@ -40,7 +69,10 @@ class Settings(BaseSettings):
     )
     data_dir: Path = Field(
         default_factory=_default_data_dir,
-        description="Where the embedded server keeps its pidfile, URL file and log.",
+        description="Where the embedded server keeps its pidfile, URL file and log; the "
+        "default is one folder per project (the nearest folder above the working directory "
+        "with a pyproject.toml, setup.py, setup.cfg or .git) under "
+        "$XDG_DATA_HOME/toolexec/projects, so two projects never share a server.",
     )
     key_prefix: str = Field(default="toolexec", description="Prefix of every Redis key.")
     tenant: str | None = Field(

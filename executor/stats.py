@@ -40,8 +40,10 @@ KEPT_MINUTES = STATS_TTL_S // 60
 class ToolStats:
     """What one tool did over a window of minutes, and what it runs now.
 
-    ``calls`` counts calls that ended (``ok`` plus every ``failed`` type);
-    ``attempts`` counts attempts that ended in a retry or a result, ``retries``
+    ``calls`` counts calls that ended (``ok`` plus every ``failed`` type), under
+    the tool the caller called even when a step of its fallback chain answered;
+    ``degraded`` those a fallback answered. ``attempts`` counts attempts that
+    ended in a retry, a result or a hand-over to the fallback chain, ``retries``
     those that ended in a retry (``retried`` by the error that caused it). An
     attempt a rate limit deferred, or one another worker answered, is neither.
     """
@@ -54,6 +56,7 @@ class ToolStats:
     retries: int = 0
     retried: Mapping[str, int] = field(default_factory=dict)
     in_flight: int = 0
+    degraded: int = 0
 
     @property
     def failures(self) -> int:
@@ -63,6 +66,11 @@ class ToolStats:
     def failure_rate(self) -> float | None:
         """Failed calls over calls that ended; None when none ended."""
         return self.failures / self.calls if self.calls else None
+
+    @property
+    def degraded_rate(self) -> float | None:
+        """Calls a fallback answered over calls that ended; None when none ended."""
+        return self.degraded / self.calls if self.calls else None
 
     @property
     def retry_rate(self) -> float | None:
@@ -77,6 +85,8 @@ class ToolStats:
             "ok": self.ok,
             "failed": dict(sorted(self.failed.items())),
             "failure_rate": self.failure_rate,
+            "degraded": self.degraded,
+            "degraded_rate": self.degraded_rate,
             "attempts": self.attempts,
             "retries": self.retries,
             "retried": dict(sorted(self.retried.items())),
@@ -142,7 +152,7 @@ class CallStats:
     ) -> None:
         """The attempt failed transiently and another one is scheduled."""
         counts = {"attempts": 1, "retries": 1, f"retried{_SEP}{error_type}": 1}
-        self._ended(tool, call_id, attempt, counts, batch, on_error, keep_until)
+        self._ended(tool, call_id, attempt, counts, batch, on_error, keep_until, tag="retry")
 
     def finished(
         self,
@@ -153,15 +163,38 @@ class CallStats:
         batch: Batch | None = None,
         on_error: OnError | None = None,
         keep_until: float | None = None,
+        *,
+        call_of: str | None = None,
+        degraded: bool = False,
+        chained: bool = False,
     ) -> None:
         """The call ended: ``error_type`` None means it succeeded.
 
+        ``call_of`` is the tool the caller called when a step of its fallback
+        chain (``tool``) gave the answer: the call and its outcome are
+        ``call_of``'s. ``chained``: a fallback chain gave the answer, whose
+        attempt, if a tool ran, was counted when it handed on (:meth:`handed_on`).
         With ``keep_until`` (the call's deadline and a margin) the counts are a
         held write (``toolexec.batch``): sent again after a blip, counted once.
         """
         outcome = "ok" if error_type is None else f"failed{_SEP}{error_type}"
-        counts = {"attempts": 1, "calls": 1, outcome: 1}
-        self._ended(tool, call_id, attempt, counts, batch, on_error, keep_until)
+        call = {"calls": 1, outcome: 1} | ({"degraded": 1} if degraded else {})
+        counts = {} if chained else {"attempts": 1}
+        others = {call_of or tool: call}
+        self._ended(tool, call_id, attempt, counts, batch, on_error, keep_until, others, tag="end")
+
+    def handed_on(
+        self,
+        tool: str,
+        call_id: str,
+        attempt: int,
+        batch: Batch | None = None,
+        on_error: OnError | None = None,
+        keep_until: float | None = None,
+    ) -> None:
+        """The attempt's result goes to the fallback chain: an attempt ended, the call goes on."""
+        counts = {"attempts": 1}
+        self._ended(tool, call_id, attempt, counts, batch, on_error, keep_until, tag="handed")
 
     def withdrawn(
         self,
@@ -184,10 +217,17 @@ class CallStats:
         batch: Batch | None,
         on_error: OnError | None,
         keep_until: float | None = None,
+        others: Mapping[str, Mapping[str, int]] | None = None,
+        tag: str = "",
     ) -> None:
         """The attempt leaves the running set (a ZREM: safe to send twice) and is counted.
 
-        The minute is fixed here, so a count sent again lands where it would have.
+        ``others`` are counts of other tools in the same write (the call a
+        fallback step answered). The minute is fixed here, so a count sent
+        again lands where it would have. The write id (counted once) names the
+        tool and the kind of end (``tag``): a fallback step runs under the call's
+        id with attempt numbers of its own, and must not be taken for a resend of
+        the primary's retry or hand-over.
         """
         member = _member(tool, call_id, attempt)
         bucket = bucket_of(call_id, self.keys.buckets)
@@ -195,14 +235,17 @@ class CallStats:
         own = Batch() if batch is None else batch
         key = self.keys.in_flight(bucket)
         own.add(self.redis, lambda pipe: pipe.zrem(key, member), on_error=on_error, held=held)
-        if counts:
+        fields = {f"{tool}{_SEP}{name}": n for name, n in counts.items()}
+        for other, more in (others or {}).items():
+            fields |= {f"{other}{_SEP}{name}": n for name, n in more.items()}
+        if fields:
             now = self.clock.now()
-            write = "" if keep_until is None else f"{call_id}:{attempt}"
+            write = "" if keep_until is None else f"{call_id}:{attempt}:{tool}:{tag}"
             minute = int(now // 60)
             args: list[Any] = [repr(now), write, "" if keep_until is None else repr(keep_until)]
             args += [STATS_TTL_S, minute, minute - KEPT_MINUTES + 1]
-            for name, amount in counts.items():
-                args += [f"{tool}{_SEP}{name}", amount]
+            for name, amount in fields.items():
+                args += [name, amount]
             keys = [self.keys.stats(bucket), self.keys.stats_done(bucket)]
             own.script(self.redis, self._count_script, keys, args, on_error=on_error, held=held)
         if batch is None:
@@ -267,7 +310,7 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-_SCALARS = frozenset({"calls", "ok", "attempts", "retries", "in_flight"})
+_SCALARS = frozenset({"calls", "ok", "attempts", "retries", "in_flight", "degraded"})
 _BY_TYPE = frozenset({"failed", "retried"})
 
 

@@ -190,6 +190,10 @@ class Ledger:
         return self.server.hits(f"{self.path}/{key}/exists")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class WorkerProcess:
     """A real ``toolexec worker`` in a child process, ready when it has published."""
 
@@ -239,6 +243,9 @@ class WorkerProcess:
             stderr=subprocess.STDOUT,
             cwd=self.cwd,
             start_new_session=True,
+            # Ctrl-C as a terminal's worker gets it, even under a runner that ignores SIGINT
+            # (a shell's background job does, and children inherit that).
+            preexec_fn=_default_sigint,
         )
         client = redis_client(redis_url)
         end = time.monotonic() + timeout

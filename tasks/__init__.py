@@ -14,7 +14,7 @@ from toolexec import tracing
 from toolexec.app import app
 from toolexec.logs import scrub_handlers
 from toolexec.registry import default_registry
-from toolexec.tasks import http, lease_sweeper
+from toolexec.tasks import http, interrupt, lease_sweeper
 from toolexec.tasks.catalog_publisher import (
     on_worker_ready,
     on_worker_shutting_down,
@@ -49,5 +49,9 @@ signals.after_setup_logger.connect(scrub_handlers, weak=False)
 signals.after_setup_task_logger.connect(scrub_handlers, weak=False)
 # hands calls of a worker that died on to live ones (toolexec.idempotency)
 signals.worker_ready.connect(lease_sweeper.on_worker_ready, weak=False)
+# a second Ctrl-C or a SIGQUIT stops a threads/solo/green worker at once, handing its calls
+# on (toolexec.tasks.interrupt); Celery's cold shutdown cannot kill a thread
+signals.worker_ready.connect(lambda sender, **_: interrupt.install(sender.controller), weak=False)
+signals.worker_shutting_down.connect(interrupt.on_first_interrupt, weak=False)
 # a span per attempt when OTEL_* asks for traces (toolexec.tracing)
 signals.worker_init.connect(tracing.on_worker_init, weak=False)

@@ -21,7 +21,7 @@ from pydantic import Field
 
 from toolexec.errors import ToolException
 from toolexec.fallback import Alternative
-from toolexec.policies import BreakerPolicy
+from toolexec.policies import BreakerPolicy, RetryBudgetPolicy
 from toolexec.registry import tool
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "create_order",
     "fetch_logs",
     "get_weather",
+    "list_reviews",
     "query_order",
     "search_products",
     "search_products_lite",
@@ -102,8 +103,11 @@ def query_order(
     return order
 
 
-#: Opens after two failed calls in a row, so the demo shows the third failing fast.
-_STOCK_BREAKER = BreakerPolicy(consecutive_failures=2, failure_rate=None, open_s=30)
+#: Opens after two failed calls in a row, so the demo shows the third failing fast; after
+#: 1.5 s open it lets one probe through, and one probe that succeeds closes it again.
+_STOCK_BREAKER = BreakerPolicy(
+    consecutive_failures=2, failure_rate=None, open_s=1.5, half_open_probes=1, close_after=1
+)
 
 
 @tool(timeout=1.0, max_attempts=1, breaker=_STOCK_BREAKER)
@@ -135,6 +139,27 @@ def search_products(
     """Search the product catalogue; the best matches first."""
     hits: list[dict[str, Any]] = _get_json(f"/search/{quote(query)}")
     return hits
+
+
+#: Retries of list_reviews, all workers together: 2 in 30 s however many calls fail (the
+#: demo's outage would otherwise triple the load on a service that is already down).
+_REVIEWS_BUDGET = RetryBudgetPolicy(ratio=0.0, min_retries=2, window_s=30)
+
+
+@tool(
+    timeout=1.0,
+    max_attempts=3,
+    backoff_base=0.05,
+    backoff_cap=0.1,
+    retry_budget=_REVIEWS_BUDGET,
+    breaker=BreakerPolicy(enabled=False),
+)
+def list_reviews(
+    sku: Annotated[str, Field(description="Product code, e.g. 'SKU-7'.")],
+) -> list[dict[str, Any]]:
+    """Customer reviews of a product, newest first."""
+    reviews: list[dict[str, Any]] = _get_json(f"/reviews/{quote(sku)}")
+    return reviews
 
 
 @tool(timeout=2.0, max_attempts=2, backoff_base=0.1, backoff_cap=0.2, side_effects=True)

@@ -153,8 +153,9 @@ class WorkerRuntime:
             return "answered"
         if final.release is not None:
             self.idempotency.release(final.release, batch)
-        # this attempt is over; the call's end is counted by whichever step answers
-        self.observers.withdrawn(spec, ctx, attempt, batch)
+        # this attempt is over (counted here); the call's end is counted, under the tool
+        # called, by whichever step answers
+        self.observers.handed_on(spec, ctx, attempt, batch)
         batch.execute(hold=True)
         _note_held(ctx, batch)
         try:

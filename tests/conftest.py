@@ -45,7 +45,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         release_database(url, run)
         return
     data_dir = tmp_path_factory.mktemp("embedded")
-    server = ensure_embedded(data_dir)
+    server = ensure_embedded(data_dir, notify=None)
     yield server.url
     stop_embedded(data_dir)
 

@@ -132,6 +132,16 @@ def breakers(ctx: click.Context, as_json: bool) -> None:
             _show(_breaker().snapshot_all(), as_json)
 
 
+@breakers.command("list")
+@_json_option
+@click.pass_context
+def list_breakers(ctx: click.Context, as_json: bool) -> None:
+    """List every breaker (the same as ``toolexec breakers``)."""
+    with _reported():
+        outer = ctx.parent.params.get("as_json", False) if ctx.parent else False
+        _show(_breaker().snapshot_all(), as_json or bool(outer))
+
+
 @breakers.command()
 @click.argument("name")
 @click.option(

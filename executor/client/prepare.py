@@ -26,7 +26,7 @@ from toolexec.context import CallContext
 from toolexec.errors import CircuitOpenError, ErrorType, UsageError
 from toolexec.execution import error_info, error_result
 from toolexec.fallback.state import FALLBACK_TASK, ChainState
-from toolexec.liveness import LiveQueues, no_worker_info
+from toolexec.liveness import LiveQueues, no_catalog_info, no_worker_info
 from toolexec.policies import BreakerPolicy
 from toolexec.redaction import secret_names
 from toolexec.results import ErrorInfo, ToolResult
@@ -124,9 +124,10 @@ class CallPreparer:
             )
         entry = self.catalog.entry(tool)
         if entry is None:
-            known = (
-                ", ".join(sorted(self.catalog.get())) or "none: no worker has published a catalog"
-            )
+            known = ", ".join(sorted(self.catalog.get()))
+            if not known:
+                result = error_result(ctx, no_catalog_info(tool), attempts=0, now=self.clock.now())
+                return PreparedCall(ctx, None, None, result)
             return self._early(
                 ctx,
                 ErrorType.UNKNOWN_TOOL,

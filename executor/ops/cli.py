@@ -273,15 +273,45 @@ def worker(
 @click.argument("tool")
 @click.argument("arguments", default="{}")
 @click.option("--run-id", default=None, help="The agent run this call belongs to.")
-@click.option("--timeout", type=float, default=None, help="Deadline in seconds.")
-def call(tool: str, arguments: str, run_id: str | None, timeout: float | None) -> None:
-    """Call TOOL with ARGUMENTS (a JSON object) and print the result as JSON."""
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Deadline in seconds (default: TOOLEXEC_DEFAULT_TIMEOUT).",
+)
+@click.option(
+    "--idempotency-key",
+    default=None,
+    help="Run a side-effecting call at most once per key: a repeat is answered from the "
+    "first (replayed).",
+)
+@click.option(
+    "--full", is_flag=True, help="Print the whole result record, not what the model reads."
+)
+def call(
+    tool: str,
+    arguments: str,
+    run_id: str | None,
+    timeout: float | None,
+    idempotency_key: str | None,
+    full: bool,
+) -> None:
+    """Call TOOL with ARGUMENTS (a JSON object) and print what the model would read.
+
+    Exit code 0 when the call succeeded (degraded answers included), 1 otherwise.
+    """
     from toolexec.client import ToolClient
 
     with ToolClient.from_env() as client:
-        result = client.call(tool, arguments, run_id=run_id, timeout=timeout)
-    click.echo(result.model_dump_json(indent=2))
+        result = client.call(
+            tool, arguments, run_id=run_id, timeout=timeout, idempotency_key=idempotency_key
+        )
+    click.echo(result.model_dump_json(indent=2) if full else result.content())
     sys.exit(0 if result.ok else 1)
+
+
+#: ``toolexec tools`` found no catalog: no worker ever published one against this Redis.
+EXIT_NO_CATALOG = 4
 
 
 @cli.command()
@@ -293,15 +323,27 @@ def call(tool: str, arguments: str, run_id: str | None, timeout: float | None) -
     help="catalog (with policies) or a model API's tool list.",
 )
 def tools(fmt: str) -> None:
-    """Print the tool catalog the workers have published, as JSON."""
+    """Print the tool catalog the workers have published, as JSON.
+
+    Exits with code 4, saying so, when no worker has published one yet.
+    """
     from toolexec.client import ToolClient
 
     with ToolClient.from_env() as client:
+        catalog = client.catalog(refresh=True)
         out: Any = (
-            client.catalog(refresh=True)
+            catalog
             if fmt == "catalog"
             else client.tool_definitions("openai" if fmt == "openai" else "anthropic")
         )
+    if not catalog:
+        click.echo(
+            "toolexec tools: no worker has published a catalog on this Redis yet; start one "
+            "with `toolexec worker --tools <your module>` (with the same TOOLEXEC_REDIS_URL, "
+            "or in the same project folder for the embedded server)",
+            err=True,
+        )
+        sys.exit(EXIT_NO_CATALOG)
     click.echo(json.dumps(out, indent=2, sort_keys=True))
 
 
@@ -316,23 +358,44 @@ def demo(keep_server: bool) -> None:
 
 @cli.group()
 def embedded() -> None:
-    """The embedded Valkey server used when TOOLEXEC_REDIS_URL is unset."""
+    """The embedded Valkey server used when TOOLEXEC_REDIS_URL is unset.
+
+    One per project (TOOLEXEC_DATA_DIR, by default a folder per project under
+    ~/.local/share/toolexec/projects); it keeps running in the background until stopped.
+    """
 
 
 @embedded.command("start")
 def embedded_start() -> None:
     """Start it (or find it running) and print its URL."""
     from toolexec.embedded import ensure_embedded
-    from toolexec.settings import Settings
 
     click.echo(ensure_embedded(Settings.from_env().data_dir).url)
+
+
+@embedded.command("status")
+def embedded_status() -> None:
+    """Say whether this project's embedded server runs, where, and its files.
+
+    Exits 1 when none runs.
+    """
+    from toolexec.embedded import embedded_status as find
+
+    data_dir = Settings.from_env().data_dir
+    server = find(data_dir)
+    if server is None:
+        click.echo(
+            f"no embedded server runs for this project (data folder {data_dir}); the first "
+            "toolexec command that needs Redis starts one, unless TOOLEXEC_REDIS_URL is set"
+        )
+        sys.exit(1)
+    click.echo(f"running at {server.url}, pid {server.pid}, files in {data_dir / 'valkey'}")
 
 
 @embedded.command("stop")
 def embedded_stop() -> None:
     """Stop it."""
     from toolexec.embedded import stop_embedded
-    from toolexec.settings import Settings
 
     stopped = stop_embedded(Settings.from_env().data_dir)
     click.echo("stopped" if stopped else "not running")

@@ -4,12 +4,15 @@ The demo starts what a deployment runs (Redis, a real worker process, a tool
 backend) and sends the calls an agent would, one scenario per layer of the
 defence: a service that fails twice, a rate limit with Retry-After, a backend
 slower than the tool's limit, a missing record, an argument the model
-invented, a tool it invented, a circuit breaker that opens and fails fast, a
-fallback answer marked degraded, a write asked twice and run once, a result
+invented, a tool it invented, a circuit breaker that opens and fails fast and
+closes again after one probe, a retry budget that stops retries fleet-wide
+during an outage, a fallback answer marked degraded, a write asked twice and run once, a result
 too large for the model's context, a looping agent the run guard stops, and a
 parallel fan-out. Each call declares how it must end, so the demo is also a
-check: it exits 1 and names the broken expectation if one is not met. Below
-the table, one line per scenario shows what the model received.
+check: it exits 1 and names the broken expectation if one is not met. Each
+call's line names its outcome in one word (ok, replayed, degraded, offloaded,
+nudged, or the error type); below the table, one entry per scenario shows that
+word and what the model received, wrapped rather than cut.
 
 A demo may share a server with a real deployment, so it works under its own
 key prefix and queue, and every process it started is stopped in a
@@ -119,6 +122,8 @@ class DemoCall:
     arguments: dict[str, Any]
     expect: Expect = Expect()
     label: str | None = None
+    #: Seconds to let pass before this call (in a sequence): a breaker's open time.
+    pause_s: float = 0.0
 
     def describe(self) -> str:
         if self.label:
@@ -203,24 +208,62 @@ def _repeated(
     )
 
 
+#: check_stock's breaker stays open this long (toolexec.tasks.demo_tools._STOCK_BREAKER).
+_STOCK_OPEN_S = 1.5
+
+
 def _defence_steps() -> list[Step]:
-    """The layers that act across calls: breaker, fallback, idempotency, offload, run guard."""
+    """The layers that act across calls: breaker (open, then half-open and closed again),
+    retry budget, fallback, idempotency, offload, run guard."""
     return [
         Step(
-            "stock service down: 2 failed calls open the breaker, the 3rd fails fast",
+            "stock service down: 2 failed calls open the breaker, the 3rd fails fast; "
+            f"{_STOCK_OPEN_S:g} s later one probe finds it back and closes the breaker",
+            (
+                *_repeated(
+                    "check_stock",
+                    {"sku": "SKU-7"},
+                    'check_stock(sku="SKU-7")',
+                    [
+                        _fails(ErrorType.UNAVAILABLE, 1),
+                        _fails(ErrorType.UNAVAILABLE, 1),
+                        Expect("error", ErrorType.CIRCUIT_OPEN, 0, max_elapsed_s=0.5),
+                    ],
+                ),
+                DemoCall(
+                    "check_stock",
+                    {"sku": "SKU-7"},
+                    Expect(attempts=1),
+                    label='check_stock(sku="SKU-7") #4 probe',
+                    pause_s=_STOCK_OPEN_S + 0.3,
+                ),
+                DemoCall(
+                    "check_stock",
+                    {"sku": "SKU-7"},
+                    Expect(attempts=1),
+                    label='check_stock(sku="SKU-7") #5 closed',
+                ),
+            ),
+            {"/stock/SKU-7": (Reply(503), Reply(503), Reply(200, {"SKU-7": {"oslo": 12}}))},
+            mode="sequence",
+            hits={"/stock/SKU-7": 4},
+        ),
+        Step(
+            "reviews service down: the retry budget (2 retries for every caller) is spent "
+            "by the 1st call, the next ones are not retried",
             _repeated(
-                "check_stock",
+                "list_reviews",
                 {"sku": "SKU-7"},
-                'check_stock(sku="SKU-7")',
+                'list_reviews(sku="SKU-7")',
                 [
-                    _fails(ErrorType.UNAVAILABLE, 1),
-                    _fails(ErrorType.UNAVAILABLE, 1),
-                    Expect("error", ErrorType.CIRCUIT_OPEN, 0, max_elapsed_s=0.5),
+                    _fails(ErrorType.UNAVAILABLE, 3),
+                    _fails(ErrorType.RETRY_BUDGET_EXHAUSTED, 1),
+                    _fails(ErrorType.RETRY_BUDGET_EXHAUSTED, 1),
                 ],
             ),
-            {"/stock/SKU-7": (Reply(503),)},
+            {"/reviews/SKU-7": (Reply(503),)},
             mode="sequence",
-            hits={"/stock/SKU-7": 2},
+            hits={"/reviews/SKU-7": 5},
         ),
         Step(
             "search keeps failing; its fallback, a lighter index, answers",
@@ -376,6 +419,25 @@ def _outcome(result: ToolResult) -> str:
     return f"{result.error.type if result.error else result.status} {_attempts(result.attempts)}"
 
 
+def outcome_word(result: ToolResult, model: dict[str, Any]) -> str:
+    """One word for how a call ended, naming the layer that shaped an ok answer (pure):
+    the error type, else replayed, degraded, offloaded, nudged or ok."""
+    if result.error is not None:
+        return str(result.error.type)
+    tags = _layer_tags(result, model)
+    return tags[0].split()[0] if tags else str(result.status)
+
+
+def _how(result: ToolResult, model: dict[str, Any]) -> str:
+    """The word and what it means for this call, for the streaming line."""
+    word = outcome_word(result, model)
+    if result.replayed:
+        return f"{word}: the first call's result, the tool did not run again"
+    if result.degraded:
+        return f"{word}: {result.source} answered, {_attempts(result.attempts)} in all"
+    return f"{word} {_attempts(result.attempts)}"
+
+
 def _attempts(count: int | None) -> str:
     if count is None:
         return ""
@@ -391,10 +453,7 @@ def _run_step(
     if step.mode == "rounds":
         views = _run_rounds(client, step)
     elif step.mode == "sequence" or len(step.calls) == 1:
-        views = [
-            _plain(client.call(call.tool, call.arguments, run_id=run_id, timeout=_CALL_TIMEOUT_S))
-            for call in step.calls
-        ]
+        views = [_one(client, call, run_id) for call in step.calls]
     else:
         pairs = [(call.tool, call.arguments) for call in step.calls]
         results = client.call_many(pairs, run_id=run_id, timeout=_CALL_TIMEOUT_S)
@@ -402,6 +461,12 @@ def _run_step(
     extra = step.wall_problems(time.monotonic() - start) + step.hit_problems(service)
     for row, (result, model) in zip(rows, views, strict=True):
         row.finish(result, extra, model)
+
+
+def _one(client: ToolClient, call: DemoCall, run_id: str) -> tuple[ToolResult, dict[str, Any]]:
+    if call.pause_s:
+        time.sleep(call.pause_s)  # the scenario's own clock: a breaker's open time passing
+    return _plain(client.call(call.tool, call.arguments, run_id=run_id, timeout=_CALL_TIMEOUT_S))
 
 
 def _plain(result: ToolResult) -> tuple[ToolResult, dict[str, Any]]:
@@ -458,7 +523,7 @@ def _mark(row: Row) -> Text:
 
 def _short(row: Row) -> str:
     assert row.result is not None
-    return f"{_outcome(row.result)} in {row.result.elapsed_ms / 1000:.2f} s"
+    return f"{_how(row.result, row.model)} in {row.result.elapsed_ms / 1000:.2f} s"
 
 
 def _run_script(
@@ -489,6 +554,8 @@ def _run_script(
 
 #: From this width on the error type and the suggestion get columns of their own.
 _WIDE_TABLE = 120
+#: The call column's least width: ``query_order(order_id="B-2002")`` and its kin whole.
+_CALL_MIN_WIDTH = 31
 
 
 def _final_table(rows: list[Row], width: int) -> Table:
@@ -501,9 +568,10 @@ def _final_table(rows: list[Row], width: int) -> Table:
         title_style="bold",
     )
     table.add_column("", no_wrap=True)
-    table.add_column("call")
-    table.add_column("attempts", justify="right", no_wrap=True)
-    table.add_column("outcome", no_wrap=True)
+    # wide enough for the longest call's name and first argument, which must not be cut
+    table.add_column("call", min_width=_CALL_MIN_WIDTH, overflow="fold")
+    table.add_column("tries" if not wide else "attempts", justify="right", no_wrap=True)
+    table.add_column("outcome", overflow="fold")
     if wide:
         table.add_column("error type", no_wrap=True)
         table.add_column("suggestion to the model")
@@ -608,17 +676,21 @@ def _brief(value: Any) -> str:
 
 
 def _print_model_lines(console: Console, rows: list[Row]) -> None:
-    """One line per scenario: what the model received from its last call."""
+    """One entry per scenario: its outcome word and what the model received from its last
+    call, wrapped over as many lines as it needs."""
     console.print("[bold]What the model received[/] (the last call of each scenario):")
     last: dict[int, Row] = {}
     for row in rows:
         if row.result is not None:
             last[id(row.step)] = row
     for row in last.values():
+        assert row.result is not None
         line = Text("  ")
+        line.append(f"[{outcome_word(row.result, row.model)}] ", style="bold")
         line.append(row.call.describe(), style="dim")
         line.append(" → " + _brief(row.model))
-        console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
+        # wrapped, never cut: a field cut in half tells the reader nothing
+        console.print(line, overflow="fold")
     console.print()
 
 
@@ -681,7 +753,7 @@ class _Services:
             _ping(self.url)
             self._done(f"Redis at {redact_url(self.url)} (TOOLEXEC_REDIS_URL)")
             return
-        self.embedded = ensure_embedded(self.base.data_dir)
+        self.embedded = ensure_embedded(self.base.data_dir, notify=None)  # says it below
         self.url = self.embedded.url
         how = "started" if self.embedded.started_here else "already running"
         self._done(f"embedded Valkey {how} at {self.url} (pid {self.embedded.pid})")

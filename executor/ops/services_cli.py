@@ -5,7 +5,11 @@ broker, with basic auth from settings: the credentials travel to Flower in its
 own ``FLOWER_BASIC_AUTH`` environment variable, so they never show in ``ps``,
 in a Procfile or in a log line. Flower's REST API and task pages reveal
 every call's arguments (secrets redacted) and can revoke tasks, so it refuses
-to listen beyond loopback without auth.
+to listen beyond loopback without auth. Without credentials Flower's API
+answers nothing ("FLOWER_UNAUTHENTICATED_API environment variable is
+required"); that variable would open it with ``Access-Control-Allow-Origin: *``,
+to any web page the operator's browser opens, so toolexec refuses it and the
+way in is credentials, on loopback too.
 
 Flower splits ``FLOWER_BASIC_AUTH`` on commas into a list of accepted
 ``user:password`` pairs: a password ``a,b`` would let ``a`` and ``b`` in and
@@ -40,6 +44,7 @@ __all__ = [
     "credential_problem",
     "flower",
     "is_loopback",
+    "open_api_asked",
     "refused_passthrough",
     "register_published_tools",
     "serve_embedded",
@@ -95,6 +100,11 @@ def basic_auth(settings: Settings) -> str | None:
     return f"{settings.flower_user}:{password}"
 
 
+def open_api_asked(value: str) -> bool:
+    """Whether ``FLOWER_UNAUTHENTICATED_API`` asks Flower to open its API (its own reading)."""
+    return value.strip().lower() in ("y", "yes", "t", "true", "on", "1")
+
+
 def refused_passthrough(flower_args: tuple[str, ...]) -> str | None:
     """The first pass-through option that would change where Flower listens or who gets
     in, or None."""
@@ -129,6 +139,14 @@ def flower(address: str | None, port: int | None, flower_args: tuple[str, ...]) 
         raise click.ClickException(
             f"refusing to serve Flower on {listen!r} without authentication: set "
             "TOOLEXEC_FLOWER_USER and TOOLEXEC_FLOWER_PASSWORD, or listen on 127.0.0.1"
+        )
+    if auth is None and open_api_asked(os.environ.get("FLOWER_UNAUTHENTICATED_API", "")):
+        raise click.ClickException(
+            "refusing FLOWER_UNAUTHENTICATED_API without credentials: Flower then answers "
+            "its API to any web page your browser opens (Access-Control-Allow-Origin: *), "
+            "every call's arguments included. Set TOOLEXEC_FLOWER_USER and "
+            "TOOLEXEC_FLOWER_PASSWORD instead and call the API with them "
+            "(curl -u USER:PASSWORD http://127.0.0.1:5555/api/workers)"
         )
     for name in _GUARDED_ENV:
         os.environ.pop(name, None)

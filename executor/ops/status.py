@@ -207,16 +207,18 @@ def _breakers_section(view: dict[str, Any]) -> list[Any]:
 
 
 def _tools_section(view: dict[str, Any]) -> list[Any]:
-    # RUN: attempts running now; TRIES: attempts in the window, retries included.
-    columns = ["TOOL", "RUN", "CALLS", "OK", "FAIL", "FAIL%", "TRIES", "RETRY%"]
+    # RUN: attempts running now; CALLS: calls that ended, those a fallback answered
+    # included (FALLBK%: their share); TRIES: attempts in the window, retries included.
+    # (OK is CALLS - FAIL, in --json: the column went for FALLBK% within 80 columns.)
+    columns = ["TOOL", "RUN", "CALLS", "FAIL", "FAIL%", "FALLBK%", "TRIES", "RETRY%"]
     rows = [
         (
             t["tool"],
             t["in_flight"],
             t["calls"],
-            t["ok"],
             sum(t["failed"].values()),
             _rate(t["failure_rate"]),
+            _rate(t.get("degraded_rate")),
             t["attempts"],
             _rate(t["retry_rate"]),
         )

@@ -85,12 +85,37 @@ def _tags(output: str, call: str) -> str | None:
     return _table_match(output, call).group(3)
 
 
-def _model_line(output: str, call: str) -> str:
-    """The one line saying what the model received in the scenario that ends with ``call``."""
-    lines = output.split("What the model received", 1)[1].splitlines()
-    found = [line for line in lines if line.strip().startswith(call + " → ")]
-    assert found, f"no model line for {call} in:\n" + "\n".join(lines)
+def _model_entries(output: str) -> list[tuple[str, str]]:
+    """(outcome word, text) of each scenario's entry under "What the model received"; an
+    entry wraps over several lines, which are joined again."""
+    section = output.split("What the model received", 1)[1].split("\n\n", 1)[0]
+    entries: list[tuple[str, str]] = []
+    for line in section.splitlines()[1:]:
+        start = re.match(r"^  \[(\w+)\] (.*)$", line)
+        if start:
+            entries.append((start.group(1), start.group(2).rstrip()))
+        elif entries:
+            word, text = entries[-1]
+            entries[-1] = (word, text + " " + line.strip())
+    return entries
+
+
+def _model_entry(output: str, call: str) -> tuple[str, str]:
+    found = [(w, t) for w, t in _model_entries(output) if t.startswith(call + " → ")]
+    assert found, f"no model entry for {call} in:\n{_model_entries(output)}"
     return found[0]
+
+
+def _model_line(output: str, call: str) -> str:
+    """What the model received in the scenario that ends with ``call``, on one line."""
+    return _model_entry(output, call)[1]
+
+
+def _streamed(output: str, call: str) -> str:
+    """The line printed when ``call`` ended (no terminal: one line per call)."""
+    found = [line for line in output.splitlines() if line.startswith(f"✓ {call} · ")]
+    assert found, f"no streamed line for {call}"
+    return found[0].split(" · ", 1)[1]
 
 
 def test_demo_meets_every_expectation_and_stops_what_it_started(tmp_path: Path) -> None:
@@ -108,7 +133,7 @@ def test_demo_meets_every_expectation_and_stops_what_it_started(tmp_path: Path) 
 
     # Then every scripted call ended as declared
     assert done.returncode == 0, output + done.stderr
-    ended = re.search(r"✓ all 23 calls ended as expected in ([\d.]+) s", output)
+    ended = re.search(r"✓ all 28 calls ended as expected in ([\d.]+) s", output)
     assert ended, output
     assert float(ended.group(1)) < 60, "the demo must stay well under a minute"
     # ... 503 twice and 429-with-Retry-After end ok after their retries, not as errors
@@ -132,22 +157,39 @@ def test_demo_meets_every_expectation_and_stops_what_it_started(tmp_path: Path) 
     assert _table_row(output, f"{stock} #1") == (1, "error", "unavailable")
     assert _table_row(output, f"{stock} #2") == (1, "error", "unavailable")
     assert _table_row(output, f"{stock} #3") == (0, "error", "circuit_open")
-    assert '"type": "circuit_open"' in _model_line(output, f"{stock} #3")
+    # ... and after its open time one probe finds the service back and closes it
+    assert _table_row(output, f"{stock} #4 probe") == (1, "ok", "—")
+    assert _table_row(output, f"{stock} #5 closed") == (1, "ok", "—")
+    assert _model_entry(output, f"{stock} #5 closed")[0] == "ok"
+    # ... the retry budget lets the first failing call retry, and no more
+    reviews = 'list_reviews(sku="SKU-7")'
+    assert _table_row(output, f"{reviews} #1") == (3, "error", "unavailable")
+    for n in (2, 3):
+        assert _table_row(output, f"{reviews} #{n}") == (1, "error", "retry_budget_exhausted")
+    assert _model_entry(output, f"{reviews} #3")[0] == "retry_budget_exhausted"
     # ... a fallback answers, and the model is told the answer is degraded and where it came from
     search = 'search_products(query="boots")'
     assert _table_row(output, search)[1:] == ("ok", "—") and _tags(output, search) == "degraded"
     assert '"degraded": true, "source": "search_products_lite"' in _model_line(output, search)
+    assert _model_entry(output, search)[0] == "degraded"
+    assert _streamed(output, search).startswith("degraded: search_products_lite answered")
     # ... the same order placed twice is made once: the second call is a replay
     order = 'create_order(order_id="C-3003", …)'
     assert _table_row(output, f"{order} #1") == (1, "ok", "—")
     assert _tags(output, f"{order} #1") is None
     assert _tags(output, f"{order} #2") == "replayed"
     assert '"replayed": true' in _model_line(output, f"{order} #2")
+    assert _model_entry(output, f"{order} #2")[0] == "replayed"
+    assert _streamed(output, f"{order} #2").startswith("replayed: the first call's result")
+    assert "before any attempt" not in _streamed(output, f"{order} #2")
     # ... a large result is stored apart and the model gets a preview that says so
     logs = 'fetch_logs(service="checkout")'
     assert _table_row(output, logs) == (1, "ok", "—")
     assert re.fullmatch(r"offloaded [\d,]+ kB", _tags(output, logs) or ""), _tags(output, logs)
     assert '"partial": true' in _model_line(output, logs)
+    assert _model_entry(output, logs)[0] == "offloaded"
+    # ... and no entry is cut short: each ends with its closing brace
+    assert all(text.endswith("}") for _, text in _model_entries(output)), output
     # ... the run guard nudges a looping agent, then disables the tool, then ends the run
     turn = 'query_order(order_id="B-2002") turn'
     assert [_table_row(output, f"{turn} #{n}") for n in (1, 2, 3, 4, 5)] == [

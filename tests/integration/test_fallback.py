@@ -24,6 +24,7 @@ from toolexec.keys import Keys
 from toolexec.replies import ReplyBox
 from toolexec.results import ToolResult
 from toolexec.settings import Settings
+from toolexec.stats import CallStats, ToolStats
 from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -297,3 +298,24 @@ def test_duplicates_of_a_failing_write_get_the_same_explanation_as_the_call_that
         assert result.status == first.status and result.degraded, result
         assert result.source == "explanation" and result.error == first.error
     assert len({r.call_id for r in (first, *joined)}) == 3
+
+
+def test_status_counts_a_call_its_fallback_answered_as_a_degraded_call(
+    tx: ToolClient, flaky: FlakyServer
+) -> None:
+    """Given forecast failing twice and forecast_lite answering, ``toolexec status`` counts
+    one forecast call, ok and degraded (answered by its fallback), from two attempts of
+    which one was a retry; not zero calls and a retry rate of 100%."""
+    stats = CallStats(tx.redis, tx.keys)
+    before = stats.window(5).get("forecast", ToolStats(tool="forecast"))
+    main, lite = _urls(flaky, Reply(503), Reply(200, {"today": "sun"}))
+
+    result = tx.call("forecast", {"city": "Oslo", "url": main, "lite_url": lite}, timeout=20)
+    after = stats.window(5)["forecast"]
+
+    assert result.ok and result.degraded, result
+    assert (after.calls - before.calls, after.ok - before.ok) == (1, 1)
+    assert after.degraded - before.degraded == 1
+    assert (after.attempts - before.attempts, after.retries - before.retries) == (2, 1)
+    lite = stats.window(5)["forecast_lite"]
+    assert lite.attempts >= 1 and lite.calls == 0  # its attempt, not a call of its own

@@ -55,3 +55,20 @@ def test_known_tools_and_seen_host_breakers_are_accepted(
     assert reset.exit_code == 0, reset.output
     assert json.loads(reset.output)[0]["state"] == "closed"
 
+
+def test_breakers_list_is_the_same_listing_as_the_bare_command(
+    redis_url: str, keys: Keys, rdb: redis.Redis
+) -> None:
+    _publish(rdb, keys, "get_weather")
+    runner = CliRunner()
+    env = _env(redis_url, keys)
+    assert runner.invoke(breakers, ["trip", "get_weather"], env=env).exit_code == 0
+
+    bare = runner.invoke(breakers, ["--json"], env=env)
+    listed = runner.invoke(breakers, ["list", "--json"], env=env)
+    outer = runner.invoke(breakers, ["--json", "list"], env=env)
+
+    assert listed.exit_code == 0 == outer.exit_code, listed.output
+    names = [view["name"] for view in json.loads(listed.output)]
+    assert names == ["get_weather"] == [v["name"] for v in json.loads(bare.output)]
+    assert [v["state"] for v in json.loads(outer.output)] == ["open"]  # JSON, from --json first

@@ -1,16 +1,19 @@
-"""docker-compose.yml and the Procfile only run commands and options the CLIs have.
+"""docker-compose.yml, the Dockerfile and the Procfile only run what the CLIs and settings have.
 
-Docker is not available here, so the compose file is checked by parsing it:
-every command and healthcheck that calls ``toolexec`` or ``celery`` must
-parse with the real command-line interfaces, and the services keep the
-properties operations rely on. The Procfile really runs in
-tests/integration/test_procfile.py.
+Docker is not available here, so the compose file and the Dockerfile are
+checked by parsing them: every command and healthcheck that calls
+``toolexec`` or ``celery`` must parse with the real command-line interfaces,
+every ``TOOLEXEC_*`` variable must be a setting, every published port must be
+on loopback, the image must install every extra the docs send a user to, and
+the services keep the properties operations rely on. The Procfile really runs
+in tests/integration/test_procfile.py.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ import yaml
 from celery.bin.celery import celery as celery_cli
 
 from toolexec.ops.cli import cli as toolexec_cli
+from toolexec.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE: dict[str, Any] = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -65,8 +69,35 @@ def check_parses(words: list[str]) -> click.Command:
     return command
 
 
+def dockerfile() -> list[tuple[str, str]]:
+    """(instruction, rest) per Dockerfile line, continuation lines joined."""
+    text = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines()]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1] if " " in line else "")
+        for line in lines
+        if line and not line.startswith("#")
+    ]
+
+
+def image_extras() -> set[str]:
+    """The extras of toolexec the image installs (``pip install '.[a,b]'``)."""
+    found: set[str] = set()
+    for instruction, rest in dockerfile():
+        if instruction == "RUN" and "pip install" in rest:
+            for group in re.findall(r"\.\[([\w,-]+)\]", rest):
+                found |= set(group.split(","))
+    return found
+
+
+def image_command() -> list[str]:
+    (cmd,) = [rest for instruction, rest in dockerfile() if instruction == "CMD"]
+    words: list[str] = yaml.safe_load(cmd)  # the exec form is a JSON (so YAML) list
+    return words
+
+
 def all_commands() -> list[tuple[str, list[str]]]:
-    found = []
+    found = [("Dockerfile:CMD", image_command())]
     for name, service in SERVICES.items():
         for source in (service.get("command"), service.get("healthcheck", {}).get("test")):
             if source:
@@ -144,3 +175,117 @@ def test_flower_takes_basic_auth_from_the_environment_and_never_inline() -> None
     assert flower["command"][:2] == ["toolexec", "flower"]
     assert not any("basic" in word for word in flower["command"])
     assert "basic" not in procfile()["flower"]
+
+
+# -- the image -------------------------------------------------------------------------------
+
+#: Extras the image leaves out, and why: none of them runs a documented command or setting.
+NOT_IN_THE_IMAGE = {
+    "dev": "the test suite's",
+    "e2e": "the browser test's",
+    "bench": "the benchmarks'",
+    "preview": "the dashboard preview's (make dashboard-preview)",
+    "sdks": "the agent process's (the model SDKs), not a worker's",
+}
+
+
+def test_the_image_installs_every_extra_the_docs_send_a_user_to() -> None:
+    """Every ``toolexec[x]`` the README or docs name is in the image, or left out on purpose."""
+    declared = set(
+        tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    )
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("**/*.md"))]
+    named = {
+        extra
+        for page in pages
+        for group in re.findall(r"toolexec\[([\w,-]+)\]", page.read_text())
+        for extra in group.split(",")
+    }
+    installed = image_extras()
+
+    assert {"ops", "mcp", "otel", "s3"} <= installed, installed
+    assert installed <= declared, installed - declared
+    assert named - installed <= set(NOT_IN_THE_IMAGE), named - installed - set(NOT_IN_THE_IMAGE)
+    assert set(NOT_IN_THE_IMAGE) <= declared  # an extra renamed away is noticed here
+
+
+def test_the_image_runs_the_worker_as_a_user_with_the_tools_on_its_path() -> None:
+    instructions = dict(dockerfile())
+    assert image_command()[:2] == ["toolexec", "worker"]
+    assert instructions["USER"] != "root" and "PYTHONPATH=/tools" in instructions["ENV"]
+    assert "./tools:/tools:ro" in SERVICES["worker"]["volumes"]
+
+
+# -- ports and variables ---------------------------------------------------------------------
+
+
+def _published(service: dict[str, Any]) -> list[str]:
+    return [str(port) for port in service.get("ports", [])]
+
+
+def test_every_published_port_is_on_loopback() -> None:
+    published = {name: _published(service) for name, service in SERVICES.items()}
+    assert published["flower"] == ["127.0.0.1:5555:5555"]
+    for name, ports in published.items():
+        for port in ports:
+            assert port.startswith("127.0.0.1:"), f"{name} publishes {port} beyond loopback"
+
+
+def _variables(service: dict[str, Any]) -> dict[str, str]:
+    environment = service.get("environment", {})
+    if isinstance(environment, list):
+        environment = dict(item.split("=", 1) for item in environment)
+    return {str(k): str(v) for k, v in environment.items()}
+
+
+def test_every_toolexec_variable_is_a_setting() -> None:
+    """A misspelt TOOLEXEC_ variable would be ignored silently (``extra="ignore"``)."""
+    fields = {f"TOOLEXEC_{name.upper()}" for name in Settings.model_fields}
+    used: set[str] = set()
+    for service in SERVICES.values():
+        for name, value in _variables(service).items():
+            used |= {name} if name.startswith("TOOLEXEC_") else set()
+            used |= {v for v in re.findall(r"\$\{(\w+)", value) if v.startswith("TOOLEXEC_")}
+    for command in procfile().values():
+        used |= set(re.findall(r"\b(TOOLEXEC_\w+)", command))
+    for instruction, rest in dockerfile():
+        if instruction == "ENV":
+            used |= set(re.findall(r"\b(TOOLEXEC_\w+)", rest))
+
+    assert used, "no TOOLEXEC_ variable found: the parser is broken"
+    assert used <= fields, used - fields
+
+
+def test_the_header_documents_what_compose_really_does() -> None:
+    header = (REPO / "docker-compose.yml").read_text().split("x-toolexec-env", 1)[0]
+    assert "loopback" in header and "--profile flower" in header
+    assert "TOOLEXEC_FLOWER_USER" in header and "TOOLEXEC_FLOWER_PASSWORD" in header
+    assert "restarted at most 3 times" in header
+
+
+# -- Flower ----------------------------------------------------------------------------------
+
+
+def test_flower_waits_for_its_profile_and_never_restart_loops() -> None:
+    """Without credentials ``toolexec flower`` refuses 0.0.0.0 and exits 1: the plain
+    ``docker compose up`` leaves it out, and with the profile a refusal is retried 3 times."""
+    flower = SERVICES["flower"]
+    assert flower["profiles"] == ["flower"]
+    assert flower["restart"] == "on-failure:3"
+    assert all("profiles" not in s for name, s in SERVICES.items() if name != "flower")
+    assert "0.0.0.0" in flower["command"]
+
+
+def test_prometheus_scrapes_flower_without_credentials_as_flower_serves_metrics() -> None:
+    """Flower 2.2's /metrics handler is not authenticated: no basic_auth in the scrape job,
+    and the file says so rather than claiming the opposite."""
+    text = (REPO / "docs/deploy/prometheus.yml").read_text()
+    scrape = yaml.safe_load(text)
+    (job,) = [j for j in scrape["scrape_configs"] if j["job_name"] == "flower"]
+    assert "basic_auth" not in job and job["static_configs"][0]["targets"] == ["flower:5555"]
+    assert "without authentication" in text
+    from flower.views.monitor import Healthcheck, Metrics
+    from flower.views.tasks import TasksView
+
+    assert hasattr(TasksView.get, "__wrapped__")  # tornado's @authenticated wraps a page
+    assert not hasattr(Metrics.get, "__wrapped__") and not hasattr(Healthcheck.get, "__wrapped__")

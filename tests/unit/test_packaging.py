@@ -76,7 +76,8 @@ def test_importing_toolexec_leaves_the_operator_tools_out() -> None:
 
 
 def test_a_tool_client_call_leaves_the_operator_tools_out(worker_env: dict[str, str]) -> None:
-    """A real call (answered by the client itself: no worker publishes this tool).
+    """A real call (answered by the client itself: no worker publishes this tool, or no
+    worker published anything yet when this test runs alone).
 
     Celery is imported to publish, and Celery itself imports click
     (``celery.exceptions``), so click is the one module of the list a call may
@@ -86,7 +87,8 @@ def test_a_tool_client_call_leaves_the_operator_tools_out(worker_env: dict[str, 
         "from toolexec import ToolClient\n"
         "with ToolClient.from_env() as client:\n"
         "    result = client.call('no_such_tool_for_thin_client', {'q': 1}, timeout=5)\n"
-        "    assert result.error is not None and result.error.type == 'unknown_tool', result\n"
+        "    kind = result.error.type if result.error is not None else None\n"
+        "    assert kind in ('unknown_tool', 'no_worker'), result\n"
         "    client.call_many([('no_such_tool_for_thin_client', {})], timeout=5)\n"
     )
     env = {**os.environ, **worker_env}

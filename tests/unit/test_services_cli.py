@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from toolexec.ops.cli import cli
-from toolexec.ops.services_cli import basic_auth, is_loopback, valkey_args
+from toolexec.ops.services_cli import basic_auth, is_loopback, open_api_asked, valkey_args
 from toolexec.settings import Settings
 
 
@@ -84,3 +84,28 @@ def test_embedded_serve_defaults_to_a_port_of_its_own_as_the_procfile_does() -> 
     port = next(p for p in serve_embedded.params if p.name == "port")
     assert port.default == SERVE_PORT != 6379
     assert f"VALKEY_PORT:-{SERVE_PORT}" in (Path(__file__).parents[2] / "Procfile").read_text()
+
+
+@pytest.mark.parametrize("value", ["true", "1", "Yes"])
+def test_flower_refuses_an_open_api_without_credentials(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """FLOWER_UNAUTHENTICATED_API on loopback would answer any web page (CORS *): refused,
+    naming the way that works (credentials, even on loopback)."""
+    monkeypatch.delenv("TOOLEXEC_FLOWER_USER", raising=False)
+    monkeypatch.delenv("TOOLEXEC_FLOWER_PASSWORD", raising=False)
+    monkeypatch.setenv("FLOWER_UNAUTHENTICATED_API", value)
+    result = CliRunner().invoke(cli, ["flower", "--address", "127.0.0.1"])
+    assert result.exit_code == 1
+    assert "refusing FLOWER_UNAUTHENTICATED_API" in result.output
+    assert "curl -u USER:PASSWORD" in result.output
+
+
+def test_an_api_left_closed_is_not_taken_for_an_open_one() -> None:
+    assert [open_api_asked(v) for v in ("", "false", "0", "no", "true")] == [
+        False,
+        False,
+        False,
+        False,
+        True,
+    ]

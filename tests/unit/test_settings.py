@@ -8,7 +8,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from toolexec.settings import Settings
+from toolexec.settings import Settings, project_data_dir, project_root
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +26,24 @@ def test_defaults_need_no_environment(clean_env: pytest.MonkeyPatch) -> None:
     assert settings.redis_url is None and settings.broker_url is None
     assert settings.tools == []
     assert settings.key_prefix == "toolexec"
-    assert settings.data_dir == Path("/srv/data/toolexec")
+    assert settings.data_dir.parent == Path("/srv/data/toolexec/projects")
+    assert settings.data_dir == Settings.from_env().data_dir  # the same project, the same one
+
+
+def test_the_default_data_dir_is_one_per_project(tmp_path: Path) -> None:
+    """Two checkouts get two folders; a subfolder of one belongs to it."""
+    for name in ("shop", "blog"):
+        (tmp_path / name / "src").mkdir(parents=True)
+        (tmp_path / name / "pyproject.toml").write_text("")
+    shop, blog = (project_root(tmp_path / n / "src") for n in ("shop", "blog"))
+    assert (shop, blog) == (tmp_path / "shop", tmp_path / "blog")
+    base = Path("/srv/data")
+    shop_dir, blog_dir = project_data_dir(base, shop), project_data_dir(base, blog)
+    assert shop_dir != blog_dir and shop_dir.name.startswith("shop-")
+    assert project_data_dir(base, shop) == shop_dir  # stable
+    bare = tmp_path / "loose"
+    bare.mkdir()
+    assert project_root(bare) in (bare, *bare.parents)
 
 
 def test_variables_are_read_when_settings_are_built_not_at_import(

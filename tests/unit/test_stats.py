@@ -147,3 +147,38 @@ def test_minutes_past_the_longest_window_are_pruned_and_keys_stay_per_bucket(
     assert (min(minutes), max(minutes)) == (int(START // 60) + 9, int(START // 60) + 70)
     assert rdb.keys(f"{keys.prefix}:stats:*") == [keys.stats(bucket_of("c1"))]
     assert stats.window(62)["fetch"].calls == 62
+
+
+def test_a_call_its_fallback_answered_counts_as_a_degraded_call_of_the_tool_called(
+    stats: CallStats,
+) -> None:
+    """search 1 retried, search 2 handed to the chain, search_lite answered: one search call
+    (ok, degraded), two search attempts of which one retry, one search_lite attempt; each
+    end sent twice (held writes after a blip) still counts once."""
+    for _ in range(2):
+        stats.retrying("search", "c1", 1, "unavailable", keep_until=START + 60)
+        stats.handed_on("search", "c1", 2, keep_until=START + 60)
+        stats.handed_on("search_lite", "c1", 1, keep_until=START + 60)
+        stats.finished(
+            "search",
+            "c1",
+            1,
+            None,
+            keep_until=START + 60,
+            call_of="search",
+            degraded=True,
+            chained=True,
+        )
+
+    seen = stats.window(5)
+
+    search, lite = seen["search"], seen["search_lite"]
+    assert (search.calls, search.ok, search.degraded, search.attempts, search.retries) == (
+        1,
+        1,
+        1,
+        2,
+        1,
+    )
+    assert search.degraded_rate == 1.0 and search.retry_rate == 0.5
+    assert (lite.calls, lite.attempts) == (0, 1)

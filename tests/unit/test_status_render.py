@@ -18,6 +18,8 @@ def _view() -> dict[str, Any]:
         "ok": 1200,
         "failed": {"retry_budget_exhausted": 30, "unavailable": 4},
         "failure_rate": 0.0275,
+        "degraded": 600,
+        "degraded_rate": 0.4862,
         "attempts": 2345,
         "retries": 1111,
         "retried": {},
@@ -53,5 +55,6 @@ def test_every_table_fits_80_columns_with_each_name_whole_on_one_line() -> None:
     assert "…" not in text, text  # nothing cut short, numbers included
     for name in [*_NAMES, "toolexec-123456@worker-7.example", "retry_budget_exhausted"]:
         assert name in text, f"{name} is broken or cut:\n{text}"
+    assert "FALLBK%" in text and "49%" in text  # the share of calls a fallback answered
     failures = [line for line in text.splitlines() if "retry_budget_exhausted" in line]
     assert len(failures) == 2 and all(line.split()[-1] == "30" for line in failures)
