@@ -10,6 +10,7 @@ open, a tool with a fallback chain starts the chain instead.
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,7 +34,14 @@ from toolexec.results import ErrorInfo, ToolResult
 from toolexec.settings import Settings
 from toolexec.validation import validate_against_schema
 
-__all__ = ["CallPreparer", "CallSpec", "PreparedCall", "checked_key", "parse_arguments"]
+__all__ = [
+    "CallPreparer",
+    "CallSpec",
+    "PreparedCall",
+    "batch_too_large",
+    "checked_key",
+    "parse_arguments",
+]
 
 CallSpec = tuple[str, Mapping[str, Any] | str]
 
@@ -81,10 +89,19 @@ class CallPreparer:
     def prepare_many(
         self, calls: Iterable[CallSpec], run_id: str | None, timeout: float | None
     ) -> list[PreparedCall]:
-        """Calls that share one reply list, so the caller collects them together."""
+        """Calls that share one reply list, so the caller collects them together.
+
+        A batch of more than ``max_batch_calls`` is refused before any call is
+        prepared: its last calls would wait behind the first ones' sending, and
+        what the workers could not take in time would sit in the queue.
+        """
+        most = self.settings.max_batch_calls
+        items = list(itertools.islice(calls, most + 1))  # never reads an endless iterable whole
+        if len(items) > most:
+            raise UsageError(batch_too_large(most))
         reply_to = uuid.uuid4().hex
         batch = []
-        for item in calls:
+        for item in items:
             if not (isinstance(item, Sequence) and len(item) == 2 and isinstance(item[0], str)):
                 raise UsageError(f"call_many takes (tool_name, arguments) pairs; got {item!r}")
             batch.append(self.prepare(item[0], item[1], run_id, timeout, None, reply_to))
@@ -223,6 +240,16 @@ def _fallback_instead(
     started = replace(ctx, fallback=state)
     secrets = secret_names(entry["parameters"])
     return PreparedCall(started, arguments, policy["queue"], None, secrets, task=FALLBACK_TASK)
+
+
+def batch_too_large(most: int) -> str:
+    """Why a batch was refused, and what to do instead."""
+    return (
+        f"call_many got more than {most:,} calls, the most one batch may hold "
+        "(TOOLEXEC_MAX_BATCH_CALLS); nothing was sent. Send them in batches of at most "
+        f"{most:,}, one after another, or raise the limit if the workers can run that many "
+        "within the timeout (docs/limits.md)."
+    )
 
 
 def checked_key(key: str | None) -> str | None:

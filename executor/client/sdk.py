@@ -17,6 +17,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from opentelemetry.trace import Span
@@ -199,12 +200,22 @@ class ToolClient:
         run_id: str | None = None,
         timeout: float | None = None,
     ) -> list[ToolResult]:
-        """Run independent calls in parallel; results come back in the calls' order."""
+        """Run independent calls in parallel; results come back in the calls' order.
+
+        At most ``max_batch_calls`` calls (``TOOLEXEC_MAX_BATCH_CALLS``): a
+        larger batch raises :class:`~toolexec.errors.UsageError` before anything
+        is sent. Answers are read while the batch is still being sent, and calls
+        whose deadline passes before their turn to be sent are not sent
+        (``deadline_exceeded``, never run); see docs/limits.md.
+        """
         start_ns = time.time_ns()
         batch = self.preparer.prepare_many(calls, run_id, timeout)
         spans = _started(batch, start_ns)
-        publish(self.app, batch, spans)
-        return _ended(spans, self.waiter.collect(batch, None))
+        boxes = self.waiter.open(batch)
+        unsent = publish(
+            self.app, batch, spans, clock=self.clock, between=partial(self.waiter.drain, boxes)
+        )
+        return _ended(spans, self.waiter.collect(batch, None, boxes, unsent))
 
     async def acall(
         self,
@@ -234,10 +245,18 @@ class ToolClient:
     ) -> list[ToolResult]:
         """The asyncio form of :meth:`call_many`."""
         start_ns = time.time_ns()
-        batch = await asyncio.to_thread(self.preparer.prepare_many, list(calls), run_id, timeout)
+        batch = await asyncio.to_thread(self.preparer.prepare_many, calls, run_id, timeout)
         spans = _started(batch, start_ns)
-        await asyncio.to_thread(publish, self.app, batch, spans)
-        return _ended(spans, await self.waiter.acollect(batch))
+        boxes = self.waiter.open(batch)
+        unsent = await asyncio.to_thread(
+            publish,
+            self.app,
+            batch,
+            spans,
+            clock=self.clock,
+            between=partial(self.waiter.drain, boxes),
+        )
+        return _ended(spans, await self.waiter.acollect(batch, boxes, unsent))
 
     # -- a model's tool calls, under the run guard ---------------------------
 
