@@ -60,3 +60,20 @@ def lim_nap(seconds: float = 0.0) -> float:
     """Sleeps ``seconds`` and answers them."""
     time.sleep(seconds)
     return seconds
+
+
+#: Calls of ``lim_mark`` this worker process ran.
+_marks = {"ran": 0}
+
+
+@tool(timeout=10, max_attempts=1, breaker=NO_BREAKER)
+def lim_mark() -> int:
+    """Counts that it ran."""
+    _marks["ran"] += 1
+    return _marks["ran"]
+
+
+@tool(timeout=10, max_attempts=1, breaker=NO_BREAKER)
+def lim_marks() -> int:
+    """How many lim_mark calls this worker ran."""
+    return _marks["ran"]

@@ -76,5 +76,6 @@ def test_a_text_far_past_the_limit_is_refused_and_the_worker_goes_on(
     assert result.error is not None
     assert result.error.type == ErrorType.RESULT_TOO_LARGE
     assert "at least 40,000,000 bytes" in result.error.message
-    assert _pid(client) == before
+    assert _pid(client) == before and worker.process is not None
+    assert worker.process.poll() is None
     assert client.call("lim_big_line", {"megabytes": 1}, timeout=15).ok  # under the limit: stored
