@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from toolexec import catalog
-from toolexec.client.prepare import PreparedCall
+from toolexec.client.prepare import PreparedCall, not_sent_info
 from toolexec.clock import Clock
 from toolexec.connection import BLIPS, async_reply_client, reply_client, unavailable
 from toolexec.errors import ErrorType
@@ -63,9 +63,11 @@ class ReplyWaiter:
     def close(self) -> None:
         self.replies.close()
 
-    def open(self, batch: Sequence[PreparedCall]) -> dict[str, ReplyBox]:
-        """The reply boxes of ``batch``, to :meth:`drain` while it is still being sent."""
-        return self._group(batch)
+    def open(
+        self, batch: Sequence[PreparedCall], boxes: dict[str, ReplyBox] | None = None
+    ) -> dict[str, ReplyBox]:
+        """The reply boxes of ``batch`` (added to ``boxes``), to :meth:`drain` while sending."""
+        return self._group(batch, {} if boxes is None else boxes)
 
     def drain(self, boxes: dict[str, ReplyBox]) -> None:
         """Take the answers already back, without waiting; a Redis blip is left for later."""
@@ -113,8 +115,10 @@ class ReplyWaiter:
             await client.aclose()
         return self._assemble(batch, boxes, unsent)
 
-    def _group(self, batch: Sequence[PreparedCall]) -> dict[str, ReplyBox]:
-        boxes: dict[str, ReplyBox] = {}
+    def _group(
+        self, batch: Sequence[PreparedCall], boxes: dict[str, ReplyBox] | None = None
+    ) -> dict[str, ReplyBox]:
+        boxes = {} if boxes is None else boxes
         for p in batch:
             if p.early is None:
                 box = boxes.setdefault(p.ctx.reply_to, ReplyBox(self.keys, p.ctx.reply_to, ()))
@@ -158,15 +162,7 @@ class ReplyWaiter:
 
     def _not_sent(self, p: PreparedCall) -> ToolResult:
         """Publishing reached this call after its deadline: it was never queued, never ran."""
-        info = ErrorInfo(
-            type=ErrorType.DEADLINE_EXCEEDED,
-            message="the call's deadline passed while the calls before it in the batch were "
-            "still being sent, so it was not sent and did not run",
-            suggestion="Send fewer calls at once or give them a longer timeout; this call "
-            "can be made again safely.",
-            retryable=True,
-        )
-        return error_result(p.ctx, info, attempts=0, now=self.clock.now())
+        return error_result(p.ctx, not_sent_info(), attempts=0, now=self.clock.now())
 
     def _no_reply(self, p: PreparedCall) -> ToolResult:
         """No worker answered before the deadline: say why that may be.

@@ -25,6 +25,7 @@ from hostile_input_support import eventually, isolated_worker
 
 from toolexec.client import ToolClient
 from toolexec.client.publish import WINDOW, publish
+from toolexec.clock import Clock
 from toolexec.errors import ErrorType, UsageError
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
@@ -147,3 +148,39 @@ def test_a_fresh_call_is_not_stuck_behind_messages_nobody_waits_for(
     assert eventually(lambda: _queued(client) == 0)
     assert client.call("lim_marks", {}, timeout=10).data == 0  # none of them ran
     assert "dropped messages whose caller stopped waiting" in worker.log_path.read_text()
+
+
+class _Jumping:
+    """The client's clock, moved on by ``offset`` seconds when the test says."""
+
+    def __init__(self, real: Clock) -> None:
+        self.real = real
+        self.offset = 0.0
+
+    def now(self) -> float:
+        return self.real.now() + self.offset
+
+
+def test_the_windows_after_the_batch_deadline_are_answered_unsent_at_once(
+    served: tuple[WorkerProcess, ToolClient],
+) -> None:
+    """A batch takes about its timeout however large: what its deadline leaves unsent ends
+    deadline_exceeded without being prepared, queued or run."""
+    _, client = served
+    real = client.preparer.clock
+    jumping = _Jumping(real)
+    client.preparer.clock = jumping
+    try:
+        windows = client.preparer.windows([("lim_nap", {})] * (2 * WINDOW + 1), None, 5, WINDOW)
+        first = next(windows)
+        jumping.offset = 10.0
+        rest = [p for window in windows for p in window]
+    finally:
+        client.preparer.clock = real
+
+    assert len(first) == WINDOW and all(p.early is None for p in first)
+    assert len(rest) == WINDOW + 1
+    errors = [p.early.error for p in rest if p.early is not None]
+    assert len(errors) == WINDOW + 1
+    assert all(e is not None and e.type == ErrorType.DEADLINE_EXCEEDED for e in errors)
+    assert all(e is not None and "was not sent" in e.message for e in errors)
