@@ -19,7 +19,14 @@ operator allows them, since whatever sits behind the translator is reached.
 
 ``TOOLEXEC_HTTP_ALLOW`` lists what is reachable nonetheless: host names
 (``internal.example``, ``*.svc.cluster.local``), addresses and networks
-(``127.0.0.1``, ``10.0.0.0/8``, ``fd00::/8``).
+(``127.0.0.1``, ``10.0.0.0/8``, ``fd00::/8``). A listed *name* never reaches a
+link-local or metadata address: whoever controls the name's DNS record could
+point it at 169.254.169.254, so such an address is reached only when it is
+listed as an address or network itself.
+
+Python's ``ipaddress`` tables lag the IANA special-purpose registry; the
+ranges it still calls global though they are not ordinary Internet hosts are
+refused here by name (:data:`SPECIAL_V6`).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ __all__ = [
     "GuardedTransport",
     "embedded_ipv4",
     "forbidden_reason",
+    "link_local_or_metadata",
     "resolve",
     "resolve_async",
 ]
@@ -57,6 +65,16 @@ METADATA = frozenset(
     for a in ("169.254.169.254", "fd00:ec2::254", "169.254.170.2", "100.100.100.200")
 )
 
+
+#: IPv6 ranges that are not public hosts though ``ipaddress`` (Python 3.11) calls them
+#: global: site-local, deprecated by RFC 3879 but still routed inside some networks;
+#: the documentation prefix of RFC 9637; SRv6 segment identifiers (RFC 9602), which
+#: steer a packet through a provider's internal nodes.
+SPECIAL_V6: tuple[tuple[ipaddress.IPv6Network, str], ...] = (
+    (ipaddress.IPv6Network("fec0::/10"), "a deprecated site-local address"),
+    (ipaddress.IPv6Network("3fff::/20"), "a documentation address"),
+    (ipaddress.IPv6Network("5f00::/16"), "an SRv6 segment identifier"),
+)
 
 _LOW32 = 0xFFFFFFFF
 
@@ -98,10 +116,12 @@ def forbidden_reason(address: Address) -> str | None:
         if inner_reason is not None:
             return f"{inner_reason} ({inner}) embedded in {kind} address"
         return f"{kind} address, which reaches whatever the translator forwards it to"
+    special = next((why for net, why in SPECIAL_V6 if address in net), None)
     checks = (
         (address in METADATA, "a cloud metadata service"),
         (address.is_loopback, "a loopback address"),
         (address.is_link_local, "a link-local address"),
+        (special is not None, special or ""),
         (address.is_private, "a private address"),
         (address.is_multicast, "a multicast address"),
         (not address.is_global, "not a public address"),
@@ -154,15 +174,37 @@ class EgressPolicy:
         translated = embedded_ipv4(address)
         return translated is None or translated[1] is None or self.allows(translated[1])
 
+    def listed(self, address: Address) -> bool:
+        """Whether an address or network entry names ``address`` itself."""
+        return any(address in n for n in self.networks)
+
     def pick(self, url: str, host: str, addresses: list[str]) -> str:
-        """The first address ``host`` may be reached at; ``forbidden`` when there is none."""
-        if self.allows_host(host):
-            return addresses[0]
+        """The first address ``host`` may be reached at; ``forbidden`` when there is none.
+
+        A listed name may reach internal addresses, but not a link-local or
+        metadata one that is not listed as an address: see the module doc.
+        """
         parsed = [ipaddress.ip_address(a.split("%", 1)[0]) for a in addresses]
+        by_name = self.allows_host(host)
         for raw, address in zip(addresses, parsed, strict=True):
+            if by_name and (not link_local_or_metadata(address) or self.listed(address)):
+                return raw
             if self.allows(address):
                 return raw
         raise _refusal(url, host, parsed[0])
+
+
+def link_local_or_metadata(address: Address) -> bool:
+    """Whether ``address``, or the IPv4 address it carries, is link-local or a metadata service.
+
+    These hand out a host's credentials; the allowance of a name never covers them.
+    """
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    translated = embedded_ipv4(address)
+    if translated is not None and translated[1] is not None:
+        return link_local_or_metadata(translated[1])
+    return address in METADATA or address.is_link_local
 
 
 def _looks_numeric(entry: str) -> bool:

@@ -46,6 +46,7 @@ from toolexec.redaction import scrub_text, secret_names
 from toolexec.results import ErrorInfo, Timings, ToolResult
 from toolexec.retry import decide
 from toolexec.runner import Runner
+from toolexec.streams import bounded_body
 from toolexec.validation import describe_validation_error
 
 if TYPE_CHECKING:  # a type only: the registry imports the fallback steps
@@ -184,6 +185,7 @@ class Executor:
         rng: random.Random | None = None,
         layers: Sequence[Layer] = (),
         resolve_arguments: Callable[[Any], Any] | None = None,
+        result_limit: Callable[[ToolSpec], int] | None = None,
     ) -> None:
         self.runner = runner or Runner()
         self.clock = clock or SystemClock()
@@ -191,6 +193,8 @@ class Executor:
         self.layers = tuple(layers)
         # puts back arguments the client stored outside the message (toolexec.payloads)
         self.resolve_arguments = resolve_arguments
+        # the bytes a tool's result may take: a returned stream is read only that far
+        self.result_limit = result_limit
 
     def attempt(
         self,
@@ -312,8 +316,11 @@ class Executor:
     def _body(self, spec: ToolSpec, kwargs: dict[str, Any], limit: float) -> Outcome:
         """Run the tool itself and classify whatever it raised or returned."""
         start = self.clock.now()
+        func = spec.func
+        if self.result_limit is not None:
+            func = bounded_body(func, self.result_limit(spec))
         try:
-            data = _jsonable(self.runner.run(spec.func, kwargs, limit), start)
+            data = _jsonable(self.runner.run(func, kwargs, limit), start)
         except ToolTimeoutError as exc:
             return Outcome(failure=exc, duration_s=self.clock.now() - start)
         except Exception as exc:

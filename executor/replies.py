@@ -126,7 +126,26 @@ class ReplyBox:
                 self.failures = 0
             except BLIPS:
                 time.sleep(self._pause(left))
+        if self.pending:  # the wait is over: whatever is already back still counts
+            with contextlib.suppress(*BLIPS):
+                self.drain(client)
         self._forget(client)
+
+    def drain(self, client: redis.Redis) -> None:
+        """Take every answer on the list now, without waiting (a page per round trip).
+
+        Run between the windows of a batch still being sent, and once more when
+        the wait ends: a call that a worker answered in time is reported ok even
+        when its caller was busy sending until after the deadline.
+        """
+        while self.pending:
+            waiting: list[str] = client.lrange(self.key, 0, _PAGE - 1)  # type: ignore[assignment]
+            for raw in waiting:
+                self._take(raw)
+            if waiting:
+                client.ltrim(self.key, len(waiting), -1)
+            if len(waiting) < _PAGE:
+                return
 
     def _read(self, client: redis.Redis, left: float) -> None:
         head = client.execute_command(*self._wait_args(left))  # type: ignore[no-untyped-call]
@@ -158,6 +177,9 @@ class ReplyBox:
                 self.failures = 0
             except BLIPS:
                 await asyncio.sleep(self._pause(left))
+        if self.pending:  # as in collect: what is already back still counts
+            with contextlib.suppress(*BLIPS):
+                await self._adrain(client)
         if not self.pending:
             with contextlib.suppress(*BLIPS):
                 await client.unlink(self.key)
@@ -172,3 +194,14 @@ class ReplyBox:
             for raw in waiting:
                 self._take(raw)
             await client.ltrim(self.key, len(waiting), -1)
+
+    async def _adrain(self, client: redis.asyncio.Redis) -> None:
+        """The asyncio twin of :meth:`drain`."""
+        while self.pending:
+            waiting: list[bytes | str] = await client.lrange(self.key, 0, _PAGE - 1)
+            for raw in waiting:
+                self._take(raw)
+            if waiting:
+                await client.ltrim(self.key, len(waiting), -1)
+            if len(waiting) < _PAGE:
+                return

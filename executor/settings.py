@@ -91,6 +91,13 @@ class Settings(BaseSettings):
     max_timeout: float = Field(
         default=900.0, gt=0, description="Longest deadline a caller may ask for, in seconds."
     )
+    max_batch_calls: int = Field(
+        default=10_000,
+        gt=0,
+        le=1_000_000,
+        description="Most calls one call_many (or model response) may hold; a larger batch is "
+        "refused before anything is sent (docs/limits.md).",
+    )
     reply_grace: float = Field(
         default=2.0,
         ge=0,

@@ -8,6 +8,8 @@ wraps every handler, so that:
   Celery's handler raises while parsing it) is refused: logged once with its
   id and never its body, dead-lettered to ``Keys.deadletter`` and rejected,
   while the worker keeps serving; without it the exception stops the worker;
+* a message whose caller stopped waiting (past its deadline and grace) is
+  acknowledged without running or answering (``toolexec.expiry``);
 * a message for a task this worker lacks (a tool deployed to some workers
   only) is handed back to its queue for a worker that has it, a bounded
   number of times, and then answered and dead-lettered. Celery would log its
@@ -51,6 +53,7 @@ from toolexec.poison import (
 )
 from toolexec.replies import deliver
 from toolexec.results import ErrorInfo
+from toolexec.tasks.stale import StaleMessages
 
 __all__ = ["GuardedStrategies", "MessageGuard"]
 
@@ -81,6 +84,7 @@ class _Guard:
         self._keys = Keys(settings.key_prefix)
         self._url = redis_url(settings)
         self._redis: redis.Redis | None = None
+        self._stale = StaleMessages(consumer)
 
     def _client(self) -> redis.Redis:
         if self._redis is None:
@@ -92,6 +96,8 @@ class _Guard:
             problem = _problem(message, body)
             if problem is not None:
                 self.refuse(message, problem)
+                return None
+            if self._stale.dropped(message, _payload(message)):
                 return None
             try:
                 return strategy(message, body, *args, **kwargs)

@@ -22,6 +22,7 @@ It is also the only place where messages leave and answers go out:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -51,6 +52,7 @@ from toolexec.logs import call_fields
 from toolexec.observe import CallObservers
 from toolexec.ops.metrics import metrics, record_fallback
 from toolexec.payloads import worker_payloads
+from toolexec.payloads.offload import result_limit
 from toolexec.policies import RateLimitPolicy
 from toolexec.ratelimit import RateLimiter, RateLimitLayer
 from toolexec.registry import Registry, ToolSpec, default_registry
@@ -386,6 +388,7 @@ def build_executor(runtime: WorkerRuntime, registry: Registry) -> Executor:
     faults = {name: FaultConfig.from_json(raw) for name, raw in settings.faults.items()}
     return Executor(
         clock=clock,
+        result_limit=functools.partial(result_limit, settings),
         layers=[
             TracingLayer(),  # outermost: its settle sees the verdict last (toolexec.tracing)
             IdempotencyLayer(

@@ -17,6 +17,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from opentelemetry.trace import Span
@@ -28,7 +29,7 @@ from toolexec.breaker import BreakerGate, CircuitBreaker
 from toolexec.client.catalog_cache import CatalogCache
 from toolexec.client.payloads import ClientPayloads
 from toolexec.client.prepare import CallPreparer, CallSpec, PreparedCall
-from toolexec.client.publish import publish
+from toolexec.client.publish import WINDOW, publish
 from toolexec.client.waiting import ReplyWaiter
 from toolexec.clock import Clock
 from toolexec.connection import fail_fast_client, fleet_clock, redis_client, redis_url
@@ -37,6 +38,7 @@ from toolexec.keys import Keys
 from toolexec.liveness import LiveQueues
 from toolexec.payloads import PayloadPage
 from toolexec.policies import RunBudget
+from toolexec.replies import ReplyBox
 from toolexec.results import PayloadRef, ToolResult
 from toolexec.settings import Settings
 from toolexec.tracing import configure, end_call, start_call
@@ -199,12 +201,31 @@ class ToolClient:
         run_id: str | None = None,
         timeout: float | None = None,
     ) -> list[ToolResult]:
-        """Run independent calls in parallel; results come back in the calls' order."""
-        start_ns = time.time_ns()
-        batch = self.preparer.prepare_many(calls, run_id, timeout)
-        spans = _started(batch, start_ns)
-        publish(self.app, batch, spans)
-        return _ended(spans, self.waiter.collect(batch, None))
+        """Run independent calls in parallel; results come back in the calls' order.
+
+        At most ``max_batch_calls`` calls (``TOOLEXEC_MAX_BATCH_CALLS``): a
+        larger batch raises :class:`~toolexec.errors.UsageError` before anything
+        is sent. The calls are prepared and sent in windows of
+        :data:`~toolexec.client.publish.WINDOW`, and the answers already back
+        are read between windows, so the first calls run while the last are
+        still being prepared and none of their answers is lost; see docs/limits.md.
+        """
+        sent = self._send_batch(calls, run_id, timeout, time.time_ns())
+        return _ended(sent.spans, self.waiter.collect(sent.batch, None, sent.boxes, sent.unsent))
+
+    def _send_batch(
+        self, calls: Iterable[CallSpec], run_id: str | None, timeout: float | None, start_ns: int
+    ) -> _Sent:
+        """Prepare and send ``calls`` a window at a time, reading answers in between."""
+        sent = _Sent()
+        for window in self.preparer.windows(calls, run_id, timeout, WINDOW):
+            spans = _started(window, start_ns)
+            self.waiter.open(window, sent.boxes)
+            sent.unsent |= publish(self.app, window, spans, clock=self.clock)
+            sent.batch += window
+            sent.spans += spans
+            self.waiter.drain(sent.boxes)
+        return sent
 
     async def acall(
         self,
@@ -233,11 +254,9 @@ class ToolClient:
         timeout: float | None = None,
     ) -> list[ToolResult]:
         """The asyncio form of :meth:`call_many`."""
-        start_ns = time.time_ns()
-        batch = await asyncio.to_thread(self.preparer.prepare_many, list(calls), run_id, timeout)
-        spans = _started(batch, start_ns)
-        await asyncio.to_thread(publish, self.app, batch, spans)
-        return _ended(spans, await self.waiter.acollect(batch))
+        sent = await asyncio.to_thread(self._send_batch, calls, run_id, timeout, time.time_ns())
+        results = await self.waiter.acollect(sent.batch, sent.boxes, sent.unsent)
+        return _ended(sent.spans, results)
 
     # -- a model's tool calls, under the run guard ---------------------------
 
@@ -308,6 +327,16 @@ class ToolClient:
         preview; ``page.next_offset`` says where to read on.
         """
         return self.payloads.read(ref, offset, limit)
+
+
+@dataclass
+class _Sent:
+    """What sending a batch left: the calls, their spans and boxes, and those not sent."""
+
+    batch: list[PreparedCall] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
+    boxes: dict[str, ReplyBox] = field(default_factory=dict)
+    unsent: frozenset[str] = frozenset()
 
 
 def _started(batch: Sequence[PreparedCall], start_ns: int) -> list[Span]:

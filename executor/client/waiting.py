@@ -11,6 +11,7 @@ until the deadline, on a client of their own whose reads cannot hang.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,9 +19,9 @@ from typing import Any
 import redis
 
 from toolexec import catalog
-from toolexec.client.prepare import PreparedCall
+from toolexec.client.prepare import PreparedCall, not_sent_info
 from toolexec.clock import Clock
-from toolexec.connection import async_reply_client, reply_client, unavailable
+from toolexec.connection import BLIPS, async_reply_client, reply_client, unavailable
 from toolexec.errors import ErrorType
 from toolexec.execution import error_result
 from toolexec.keys import Keys
@@ -62,20 +63,47 @@ class ReplyWaiter:
     def close(self) -> None:
         self.replies.close()
 
-    def collect(self, batch: Sequence[PreparedCall], timeout: float | None) -> list[ToolResult]:
-        """Every call's result in the batch's order; waits at most ``timeout`` seconds."""
-        boxes = self._group(batch)
+    def open(
+        self, batch: Sequence[PreparedCall], boxes: dict[str, ReplyBox] | None = None
+    ) -> dict[str, ReplyBox]:
+        """The reply boxes of ``batch`` (added to ``boxes``), to :meth:`drain` while sending."""
+        return self._group(batch, {} if boxes is None else boxes)
+
+    def drain(self, boxes: dict[str, ReplyBox]) -> None:
+        """Take the answers already back, without waiting; a Redis blip is left for later."""
+        for box in boxes.values():
+            with contextlib.suppress(*BLIPS):
+                box.drain(self.replies)
+
+    def collect(
+        self,
+        batch: Sequence[PreparedCall],
+        timeout: float | None,
+        boxes: dict[str, ReplyBox] | None = None,
+        unsent: frozenset[str] = frozenset(),
+    ) -> list[ToolResult]:
+        """Every call's result in the batch's order; waits at most ``timeout`` seconds.
+
+        ``boxes`` are those :meth:`open` gave while publishing; ``unsent`` the
+        calls publishing left out because their deadline passed first.
+        """
+        boxes = self._without(boxes or self._group(batch), batch, unsent)
         end = time.monotonic() + self._wait_for(batch, timeout)
         try:
             for box in boxes.values():
                 box.collect(self.replies, max(0.0, end - time.monotonic()))
         except redis.RedisError as exc:  # not a blip (those are waited out): e.g. a refused AUTH
             raise unavailable(self.url, exc) from exc
-        return self._assemble(batch, boxes)
+        return self._assemble(batch, boxes, unsent)
 
-    async def acollect(self, batch: Sequence[PreparedCall]) -> list[ToolResult]:
+    async def acollect(
+        self,
+        batch: Sequence[PreparedCall],
+        boxes: dict[str, ReplyBox] | None = None,
+        unsent: frozenset[str] = frozenset(),
+    ) -> list[ToolResult]:
         """The asyncio form of :meth:`collect`; waiting does not hold a thread."""
-        boxes = self._group(batch)
+        boxes = self._without(boxes or self._group(batch), batch, unsent)
         end = time.monotonic() + self._wait_for(batch, None)
         client = async_reply_client(self.url, block_s=BLOCK_S)
         try:
@@ -85,14 +113,26 @@ class ReplyWaiter:
             raise unavailable(self.url, exc) from exc
         finally:
             await client.aclose()
-        return self._assemble(batch, boxes)
+        return self._assemble(batch, boxes, unsent)
 
-    def _group(self, batch: Sequence[PreparedCall]) -> dict[str, ReplyBox]:
-        boxes: dict[str, ReplyBox] = {}
+    def _group(
+        self, batch: Sequence[PreparedCall], boxes: dict[str, ReplyBox] | None = None
+    ) -> dict[str, ReplyBox]:
+        boxes = {} if boxes is None else boxes
         for p in batch:
             if p.early is None:
                 box = boxes.setdefault(p.ctx.reply_to, ReplyBox(self.keys, p.ctx.reply_to, ()))
                 box.pending.add(p.ctx.call_id)
+        return boxes
+
+    @staticmethod
+    def _without(
+        boxes: dict[str, ReplyBox], batch: Sequence[PreparedCall], unsent: frozenset[str]
+    ) -> dict[str, ReplyBox]:
+        """``boxes`` waiting no more for the calls that were never sent."""
+        for p in batch:
+            if p.ctx.call_id in unsent:
+                boxes[p.ctx.reply_to].pending.discard(p.ctx.call_id)
         return boxes
 
     def _wait_for(self, batch: Sequence[PreparedCall], timeout: float | None) -> float:
@@ -101,18 +141,28 @@ class ReplyWaiter:
         return max(0.0, wait if timeout is None else min(wait, timeout))
 
     def _assemble(
-        self, batch: Sequence[PreparedCall], boxes: dict[str, ReplyBox]
+        self,
+        batch: Sequence[PreparedCall],
+        boxes: dict[str, ReplyBox],
+        unsent: frozenset[str] = frozenset(),
     ) -> list[ToolResult]:
         out = []
         for p in batch:
             if p.early is not None:
                 out.append(p.early)
                 continue
+            if p.ctx.call_id in unsent:
+                out.append(self._not_sent(p))
+                continue
             found = boxes[p.ctx.reply_to].results.get(p.ctx.call_id)
             if found is not None and found.payload is not None:
                 found.attach_loader(self.loader)
             out.append(found if found is not None else self._no_reply(p))
         return out
+
+    def _not_sent(self, p: PreparedCall) -> ToolResult:
+        """Publishing reached this call after its deadline: it was never queued, never ran."""
+        return error_result(p.ctx, not_sent_info(), attempts=0, now=self.clock.now())
 
     def _no_reply(self, p: PreparedCall) -> ToolResult:
         """No worker answered before the deadline: say why that may be.

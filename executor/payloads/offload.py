@@ -31,7 +31,14 @@ from toolexec.errors import (
     UnavailableError,
 )
 from toolexec.layers import Attempt, Layer, Outcome, Proceed
-from toolexec.payloads.encoding import Encoded, Index, encode, segment_bounds, segment_digest
+from toolexec.payloads.encoding import (
+    Encoded,
+    Index,
+    TooLarge,
+    encode,
+    segment_bounds,
+    segment_digest,
+)
 from toolexec.payloads.preview import build_preview
 from toolexec.payloads.reader import INDEX_SUFFIX, PayloadReader
 from toolexec.payloads.signing import SIGNATURE_KEY, MarkerSigner, marker_signer
@@ -51,6 +58,7 @@ __all__ = [
     "PayloadLayer",
     "WorkerPayloads",
     "resolve_arguments",
+    "result_limit",
     "store_arguments",
     "worker_payloads",
 ]
@@ -160,17 +168,23 @@ class Offloader:
         )
 
 
-def oversized(value: Any, limit: int) -> Encoded | None:
+def result_limit(settings: Settings, spec: ToolSpec) -> int:
+    """The largest result ``spec`` may return, in bytes of stored JSON or text."""
+    return spec.policy.max_result_bytes or settings.payload_max_bytes
+
+
+def oversized(value: Any, limit: int, most: int | None = None) -> Encoded | None:
     """``value`` encoded when it is larger than ``limit`` bytes; None when it fits inline.
 
     Scalars always fit; a string shorter than ``limit / 4`` characters cannot
     pass ``limit`` bytes of UTF-8, so small results cost no encoding here.
+    Past ``most`` bytes encoding stops at once with :class:`TooLarge`.
     """
     if not isinstance(value, str | list | dict):
         return None
     if isinstance(value, str) and len(value) * 4 <= limit:
         return None
-    encoded = encode(value)
+    encoded = encode(value, most)
     return encoded if len(encoded.body) > limit else None
 
 
@@ -199,12 +213,13 @@ class PayloadLayer(Layer):
         if not outcome.ok or outcome.payload is not None:
             return outcome
         limits = Limits.for_tool(self.settings, attempt.spec)
-        most = attempt.spec.policy.max_result_bytes or self.settings.payload_max_bytes
-        encoded = oversized(outcome.data, min(limits.inline_bytes, most))
+        most = result_limit(self.settings, attempt.spec)
+        try:
+            encoded = oversized(outcome.data, min(limits.inline_bytes, most), most)
+        except TooLarge as stop:
+            return replace(outcome, data=None, failure=_too_large(stop.size, most))
         if encoded is None:
             return outcome
-        if len(encoded.body) > most:
-            return replace(outcome, data=None, failure=_too_large(len(encoded.body), most))
         try:
             ref = self.offloader.put_encoded(encoded, self.ttl_for(attempt.spec))
         except PayloadStoreUnavailableError as exc:
@@ -219,9 +234,10 @@ class PayloadLayer(Layer):
 
 
 def _too_large(size: int, most: int) -> ResultTooLargeError:
+    """Encoding stopped at ``size`` bytes: the whole result may be larger still."""
     return ResultTooLargeError(
-        f"the tool's result is {size:,} bytes, more than its limit of {most:,} bytes; "
-        "it was not stored",
+        f"the tool's result is at least {size:,} bytes, more than its limit of {most:,} "
+        "bytes; it was not stored",
         suggestion="Ask for less at once: a page, a filter or a narrower range.",
         details={"size_bytes": size, "limit_bytes": most},
     )

@@ -9,6 +9,7 @@ contacted and no DNS is asked; a refusal is a ``forbidden`` before connecting.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 
 import httpx
@@ -99,3 +100,73 @@ def test_ordinary_addresses_keep_their_verdicts() -> None:
     assert forbidden_reason(ipaddress.ip_address("::1")) == "a loopback address"
     assert forbidden_reason(ipaddress.ip_address("2606:4700:4700::1111")) is None
     assert forbidden_reason(ipaddress.ip_address("::ffff:8.8.8.8")) is None
+
+
+# Issue 22, item 11: IPv6 ranges Python 3.11's tables still call global, and an allow-listed
+# name pointed at the metadata service. Before: all allowed (the request was sent).
+
+SPECIAL = {
+    "fec0::1": "a deprecated site-local address",
+    "fec0:0:0:1::a9fe:a9fe": "a deprecated site-local address",
+    "3fff::1": "a documentation address",
+    "3fff:fff:ffff::1": "a documentation address",
+    "5f00::1": "an SRv6 segment identifier",
+}
+
+
+def _sent_through(policy: EgressPolicy, answer: str, url: str) -> list[httpx.Request]:
+    """The requests that reached the network side when ``url``'s name resolves to ``answer``."""
+    connected: list[httpx.Request] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        connected.append(request)
+        return httpx.Response(200)
+
+    transport = GuardedTransport(
+        policy, transport=httpx.MockTransport(record), resolver=lambda host, port: [answer]
+    )
+    with (
+        httpx.Client(transport=transport, trust_env=False) as client,
+        contextlib.suppress(ForbiddenError),
+    ):
+        client.get(url)
+    return connected
+
+
+@pytest.mark.parametrize("address", sorted(SPECIAL))
+def test_special_ipv6_ranges_are_refused_before_connecting(address: str) -> None:
+    assert forbidden_reason(ipaddress.ip_address(address)) == SPECIAL[address]
+    assert _sent_through(EgressPolicy(), address, "http://innocent.example/") == []
+
+
+def test_the_neighbours_of_the_special_ranges_stay_public() -> None:
+    for address in ("fbff:ffff::1", "3fff:1000::1", "5f01::1", "2606:4700:4700::1111"):
+        assert forbidden_reason(ipaddress.ip_address(address)) is None, address
+
+
+@pytest.mark.parametrize(
+    "answer", ["169.254.169.254", "169.254.10.1", "fe80::1", "64:ff9b::a9fe:a9fe", "fd00:ec2::254"]
+)
+def test_an_allow_listed_name_never_reaches_link_local_or_metadata(answer: str) -> None:
+    """The name's DNS record is not the operator's to vouch for: only a listed address is."""
+    policy = EgressPolicy.parse(["internal.example", "*.svc.example"])
+
+    assert _sent_through(policy, answer, "http://internal.example/latest/meta-data/") == []
+    assert _sent_through(policy, answer, "http://db.svc.example/") == []
+
+
+def test_a_link_local_address_listed_as_such_is_reached_by_name() -> None:
+    policy = EgressPolicy.parse(["internal.example", "169.254.169.254"])
+
+    sent = _sent_through(policy, "169.254.169.254", "http://internal.example/latest/")
+
+    assert [r.url.host for r in sent] == ["169.254.169.254"]
+    assert sent[0].headers["host"] == "internal.example"
+
+
+def test_an_allow_listed_name_still_reaches_the_internal_address_it_names() -> None:
+    policy = EgressPolicy.parse(["internal.example"])
+
+    sent = _sent_through(policy, "10.0.0.5", "http://internal.example/")
+
+    assert [r.url.host for r in sent] == ["10.0.0.5"]

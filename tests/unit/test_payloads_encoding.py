@@ -92,3 +92,88 @@ def test_consecutive_pages_cover_the_value_exactly_once() -> None:
     value = list(range(12_345))
     pages = [page(value, offset, 1_000) for offset in range(0, 12_345, 1_000)]
     assert [item for chunk in pages for item in chunk] == value
+
+
+class CountingBytes(bytes):
+    """Bytes that count how many bytes the marks' searches look at."""
+
+    scanned = 0
+
+    def rfind(self, sub: Any, start: Any = None, end: Any = None) -> int:  # type: ignore[override]
+        self.scanned += end - start
+        return super().rfind(sub, start, end)
+
+    def count(self, sub: Any, start: Any = None, end: Any = None) -> int:  # type: ignore[override]
+        self.scanned += (len(self) if end is None else end) - start
+        return super().count(sub, start, end)
+
+
+@pytest.mark.parametrize("newline_every", [None, 1, 100, 200_000])
+def test_marks_read_each_byte_at_most_twice(newline_every: int | None) -> None:
+    """Issue 22, item 6: one 300 MB line took 35 s; the search rescanned it from its start."""
+    from toolexec.payloads.encoding import text_marks
+
+    size, every = 400_000, 64
+    raw = bytearray(b"x" * size)
+    if newline_every:
+        stride = slice(newline_every - 1, None, newline_every)
+        raw[stride] = b"\n" * len(raw[stride])
+    body = CountingBytes(bytes(raw))
+
+    marks, count = text_marks(body, every)
+
+    # the search from the last line start read up to 1 250 000 000 bytes of one long line here
+    assert body.scanned <= 2 * size + every
+    assert count == len(units_of(bytes(raw).decode())) and marks[-1] == (count, size)
+
+
+def test_marks_with_small_strides_match_a_plain_search() -> None:
+    """The shortened search finds the same line starts as a search from the last mark."""
+    from toolexec.payloads.encoding import text_marks
+
+    text = "".join(("y" * (i * 37 % 500)) + "\n" for i in range(3000)) + "tail"
+    body = text.encode()
+    every = 256
+
+    marks, count = text_marks(body, every)
+
+    expected, line, pos = [(0, 0)], 0, 0
+    for boundary in range(every, len(body), every):
+        newline = body.rfind(b"\n", pos, boundary)
+        if newline >= 0:
+            line += body.count(b"\n", pos, newline + 1)
+            pos = newline + 1
+            expected.append((line, pos))
+    assert marks[:-1] == expected
+    assert count == len(units_of(text)) and marks[-1] == (count, len(body))
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["é" * 3000, "x" * 5001, list(range(5000)), {f"k{i}": i for i in range(2000)}, "z" * 10],
+)
+def test_encoding_stops_at_the_limit(value: Any) -> None:
+    from toolexec.payloads.encoding import TooLarge
+
+    whole = len(encode(value).body)
+    limit = 5000
+
+    if whole <= limit:
+        assert len(encode(value, limit).body) == whole
+        return
+    with pytest.raises(TooLarge) as stop:
+        encode(value, limit)
+    assert limit < stop.value.size <= whole
+
+
+def test_a_text_longer_than_the_limit_is_refused_without_encoding_it() -> None:
+    """Characters alone prove a text too large: nothing of 300 MB is ever encoded."""
+    from toolexec.payloads.encoding import TooLarge
+
+    class Unencodable(str):
+        def encode(self, *args: Any, **kwargs: Any) -> bytes:  # type: ignore[override]
+            raise AssertionError("encoded a text that could only be refused")
+
+    with pytest.raises(TooLarge) as stop:
+        encode(Unencodable("x" * 10_001), 10_000)
+    assert stop.value.size == 10_001
