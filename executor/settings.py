@@ -228,6 +228,19 @@ class Settings(BaseSettings):
         '"headers": {"Authorization": "Bearer ..."}}}.',
     )
 
+    @field_validator("mcp_token", "payload_secret", "flower_user", "flower_password", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        """An empty or blank secret is no secret: read as unset, once, for every reader.
+
+        ``${VAR:-}`` in a compose file passes an empty string. Were it a value,
+        one reader testing ``is not None`` and another testing truthiness would
+        disagree: the MCP bind check saw a token while the HTTP app served
+        without auth, and the payload signer took an empty HMAC key.
+        """
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        return None if isinstance(text, str) and not text.strip() else value
+
     @field_validator("tools", "http_allow", "mcp_allowed_origins", mode="before")
     @classmethod
     def _split_modules(cls, value: Any) -> Any:

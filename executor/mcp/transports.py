@@ -29,6 +29,7 @@ from toolexec.settings import Settings
 __all__ = [
     "MCP_PATH",
     "StaticTokenVerifier",
+    "bearer_token",
     "check_bind",
     "http_app",
     "is_loopback",
@@ -62,13 +63,24 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def bearer_token(settings: Settings) -> str | None:
+    """``TOOLEXEC_MCP_TOKEN``, or None: one answer for the bind check and the app alike.
+
+    Settings read an empty or blank token as unset, so the two cannot disagree
+    about ``TOOLEXEC_MCP_TOKEN=`` (the bind check once saw a token that the app
+    then served without).
+    """
+    return settings.mcp_token.get_secret_value() if settings.mcp_token is not None else None
+
+
 def check_bind(host: str, settings: Settings) -> None:
     """Refuse to serve beyond loopback without a bearer token."""
-    if is_loopback(host) or settings.mcp_token is not None:
+    if is_loopback(host) or bearer_token(settings):
         return
     raise ConfigurationError(
         f"refusing to serve MCP on {host}, beyond loopback, without a bearer token: every "
-        "client could run every tool. Set TOOLEXEC_MCP_TOKEN, or listen on 127.0.0.1"
+        "client could run every tool. TOOLEXEC_MCP_TOKEN is unset or blank: set it to a "
+        "long random token, or listen on 127.0.0.1"
     )
 
 
@@ -98,7 +110,7 @@ def http_app(front: McpFront, host: str, port: int) -> Starlette:
     """The ASGI app serving ``/mcp``; raises ConfigurationError for an unsafe bind."""
     settings = front.settings
     check_bind(host, settings)
-    token = settings.mcp_token.get_secret_value() if settings.mcp_token is not None else None
+    token = bearer_token(settings)
     auth = (
         AuthSettings(issuer_url=f"http://{host}:{port}", resource_server_url=None)  # type: ignore[arg-type]
         if token
