@@ -23,6 +23,7 @@ The tool still receives the real value: only the text shown is redacted.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -40,6 +41,7 @@ __all__ = [
     "scrub_text",
     "secret_names",
     "shown_kwargs",
+    "withhold_arguments",
 ]
 
 #: What a secret value is shown as.
@@ -240,3 +242,52 @@ def shown_kwargs(kwargs: Mapping[str, Any], secrets: frozenset[str] = frozenset(
         shown = {**shown, "context": redact(context)}
     text = repr(shown)
     return text if len(text) <= REPR_LIMIT else text[: REPR_LIMIT - 3] + "..."
+
+
+#: Argument strings shorter than this are not hunted in an error's text: "GET" or "1"
+#: would mask every word like it, and a secret is longer.
+_MIN_WITHHELD = 4
+
+#: How many argument strings an error's text is checked against, at most.
+_MAX_WITHHELD = 10_000
+
+
+def _argument_strings(arguments: Any) -> list[str]:
+    """The string values in ``arguments`` worth hunting for, longest first."""
+    found: set[str] = set()
+    stack = [arguments]
+    while stack and len(found) < _MAX_WITHHELD:
+        node = stack.pop()
+        if isinstance(node, str):
+            if len(node) >= _MIN_WITHHELD:
+                found.add(node)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return sorted(found, key=len, reverse=True)
+
+
+def _spellings(value: str) -> set[str]:
+    """How an error's text may quote ``value``: as is, as ``repr`` or JSON does."""
+    return {
+        value,
+        repr(value)[1:-1],
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+    }
+
+
+def withhold_arguments(text: str, arguments: Any) -> str:
+    """``text`` with every argument string it quotes (and any credential) masked.
+
+    For the text of an unexpected exception, which may quote what it failed on
+    (a ``UnicodeEncodeError``'s ``repr`` carries the whole string it could not
+    encode): the schema's secret names do not help there, since the text is no
+    mapping, so every argument value it repeats is taken out, secret or not.
+    """
+    for value in _argument_strings(arguments):
+        for spelling in _spellings(value):
+            if spelling and spelling in text:
+                text = text.replace(spelling, REDACTED)
+    return scrub_text(text)
