@@ -9,6 +9,8 @@ guard kept raw arguments in Redis for a day. Now failing, timing-out, invalid
 and retried calls, through a real worker, a run guard and a real Flower, leave
 the canary in none of: the worker's log, the task events, Flower's API, any
 Redis key of the database, the results and the replies for the model.
+Issue 22, item 8 added an ``X-Session`` header, ``ssn``, ``card_number`` and
+``cvv`` body keys and a ``session=`` URL parameter, which all showed before.
 """
 
 from __future__ import annotations
@@ -60,12 +62,25 @@ def flower(fleet: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Itera
 def _url(flaky: FlakyServer, name: str, *replies: Reply) -> str:
     """A scripted path, reached with the canary as URL password and as query parameters."""
     full = flaky.script(flaky.unique_path(name), *replies)
-    return full.replace("http://", f"http://ada:{CANARY}@") + f"?token={CANARY}&key={CANARY}"
+    query = f"?token={CANARY}&key={CANARY}&session={CANARY}"
+    return full.replace("http://", f"http://ada:{CANARY}@") + query
 
 
 def _hostile_calls(flaky: FlakyServer) -> list[tuple[str, dict[str, Any]]]:
-    headers = {"X-Token": CANARY, "X-Goog-Api-Key": CANARY, "Private-Token": CANARY}
-    body = {"pin": CANARY, "pass": CANARY, "city": "Paris"}
+    headers = {
+        "X-Token": CANARY,
+        "X-Goog-Api-Key": CANARY,
+        "Private-Token": CANARY,
+        "X-Session": CANARY,
+    }
+    body = {
+        "pin": CANARY,
+        "pass": CANARY,
+        "ssn": CANARY,
+        "card_number": CANARY,
+        "cvv": CANARY,
+        "city": "Paris",
+    }
     return [
         # failing: a permanent 403
         ("http_request", {"url": _url(flaky, "deny", Reply(403, {"e": "no"})), "headers": headers}),
