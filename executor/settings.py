@@ -205,6 +205,20 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest request body `toolexec mcp --http` reads; larger ones get 413.",
     )
+    mcp_max_sessions: int = Field(
+        default=1000,
+        gt=0,
+        le=100_000,
+        description="Most sessions `toolexec mcp --http` keeps open (each holds about 37 KB); "
+        "one more is refused with HTTP 503, Retry-After and data.type too_many_sessions.",
+    )
+    mcp_session_idle_s: float = Field(
+        default=1800.0,
+        gt=0,
+        le=604_800,
+        description="An MCP session with no request in flight for this long is ended "
+        "(its id then answers 404 and the client opens a new one).",
+    )
     mcp_catalog_poll_s: float = Field(
         default=2.0,
         gt=0,
