@@ -11,6 +11,7 @@ pure function, so the call sites stay one line and the bounds are in one place.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from toolexec.errors import UsageError
@@ -28,6 +29,7 @@ __all__ = [
     "depth_problem",
     "finite_epoch",
     "nesting_depth",
+    "text_problem",
     "too_deep",
 ]
 
@@ -52,6 +54,11 @@ DEFAULT_RETRY_AFTER_CAP_S = 300.0
 #: arguments are a few levels deep; Python's own recursion (json, pydantic, repr)
 #: gives out near 1000, and validation and redaction each add frames.
 MAX_ARGUMENT_DEPTH = 64
+
+
+#: A lone UTF-16 surrogate: Python keeps one in a ``str`` (JSON's ``"\ud800"`` decodes to
+#: it), but it is not a character, and encoding the text as UTF-8 raises.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def _is_number(value: Any) -> bool:
@@ -103,10 +110,10 @@ def checked_id(value: Any, name: str) -> str | None:
         not isinstance(value, str)
         or not 0 < len(value) <= MAX_ID_LENGTH
         or any(ord(c) < 32 or ord(c) == 127 for c in value)
+        or _SURROGATE.search(value)
     ):
         raise UsageError(
-            f"{name} must be a string of 1-{MAX_ID_LENGTH} printable characters, "
-            f"not {value!r:.80}"
+            f"{name} must be a string of 1-{MAX_ID_LENGTH} printable characters, not {value!r:.80}"
         )
     return value
 
@@ -146,3 +153,55 @@ def too_deep(limit: int = MAX_ARGUMENT_DEPTH) -> str:
 def depth_problem(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> str | None:
     """Why ``value`` nests too deeply to be a tool's arguments, or None."""
     return too_deep(limit) if nesting_depth(value, limit) > limit else None
+
+
+#: How much of a key a message quotes: the path names the field, it need not repeat it.
+_MAX_KEY_SHOWN = 40
+
+
+def _shown_key(key: str) -> str:
+    text = key.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+    return text if len(text) <= _MAX_KEY_SHOWN else text[: _MAX_KEY_SHOWN - 1] + "…"
+
+
+def _bad_text(node: Any) -> bool:
+    return isinstance(node, str) and not node.isascii() and _SURROGATE.search(node) is not None
+
+
+def _unencodable_at(value: Any) -> list[str] | None:
+    """The path to the first key or string holding a lone surrogate, or None."""
+    stack: list[tuple[Any, list[str]]] = [(value, [])]
+    while stack:
+        node, path = stack.pop()
+        if _bad_text(node):
+            return path
+        if isinstance(node, dict):
+            for key, child in node.items():
+                step = [*path, _shown_key(str(key))]
+                if _bad_text(key):
+                    return [*step[:-1], f"{step[-1]} (the key itself)"]
+                stack.append((child, step))
+        elif isinstance(node, list | tuple):
+            stack.extend((child, [*path, str(i)]) for i, child in enumerate(node))
+    return None
+
+
+def text_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a call's arguments as text, or None.
+
+    A lone surrogate passes ``json.dumps`` (escaped) and pydantic's ``str``, then
+    raises ``UnicodeEncodeError`` wherever the text is encoded: in the digest of
+    the arguments, in Redis, in a log line. That error's ``repr`` quotes the whole
+    text it failed on, which reached the worker log and Flower with the call's
+    secrets in it; so such arguments are refused first, naming the field only.
+    Call after :func:`depth_problem`: the walk is iterative but visits everything.
+    """
+    path = _unencodable_at(value)
+    if path is None:
+        return None
+    where = ".".join(path) if path else "(arguments)"
+    return (
+        f"the arguments are not valid Unicode text: {where} holds a lone UTF-16 surrogate "
+        "(an escape such as \\ud800 without its pair), which cannot be encoded; "
+        "send the text as real characters"
+    )

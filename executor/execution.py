@@ -21,6 +21,7 @@ import pydantic_core
 from pydantic_core import to_jsonable_python
 
 from toolexec.batch import Batch
+from toolexec.bounds import text_problem
 from toolexec.classify import classify_exception, classify_response
 from toolexec.clock import Clock, SystemClock
 from toolexec.context import CallContext
@@ -244,6 +245,10 @@ class Executor:
                 raw_arguments = self.resolve_arguments(raw_arguments)
             except ToolException as failure:
                 return self._after_failure(spec, failure, ctx, attempt - 1, now)
+        unencodable = text_problem(raw_arguments)  # a message from elsewhere than a client
+        if unencodable is not None:
+            invalid = InvalidArgumentsError(unencodable)
+            return Final(error_result(ctx, error_info(invalid), attempts=attempt - 1, now=now))
         try:
             arguments = spec.arguments.model_validate(raw_arguments)
         except pydantic.ValidationError as exc:

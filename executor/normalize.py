@@ -14,7 +14,7 @@ import math
 import posixpath
 from typing import Any
 
-__all__ = ["FLOAT_DIGITS", "arguments_hash", "canonical_json", "normalize"]
+__all__ = ["FLOAT_DIGITS", "arguments_hash", "canonical_json", "digest_bytes", "normalize"]
 
 #: Floats are compared to this many significant digits: beyond it, differences are
 #: noise from a model's formatting or binary rounding, not a different request.
@@ -58,7 +58,18 @@ def canonical_json(value: Any) -> str:
     return json.dumps(normalize(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def digest_bytes(text: str) -> bytes:
+    """``text`` as the bytes a digest is taken of: UTF-8, a lone surrogate kept as is.
+
+    A model's JSON can carry ``"\\ud800"``, which strict UTF-8 refuses with an error
+    whose ``repr`` quotes the whole text; the digest must not raise (the run guard
+    hashes a call before the client refuses it as ``invalid_arguments``), and
+    every valid text keeps the digest it always had.
+    """
+    return text.encode("utf-8", "surrogatepass")
+
+
 def arguments_hash(tool: str, arguments: Any) -> str:
     """A stable digest of a tool and its normalised arguments."""
-    digest = hashlib.sha256(f"{tool}\0{canonical_json(arguments)}".encode())
+    digest = hashlib.sha256(digest_bytes(f"{tool}\0{canonical_json(arguments)}"))
     return digest.hexdigest()

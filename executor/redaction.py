@@ -12,17 +12,23 @@ and Flower's pages, so the text is computed here, with secrets replaced by
   (``Authorization``, ``Cookie``) is not enough, so a key is split into words
   (``X-Goog-Api-Key`` is x, goog, api, key; ``accessToken`` is access, token)
   and any word such as token, secret, password, pass, pin, auth, cookie,
-  signature, or ``key`` next to api, private, access or secret, marks it;
+  session, signature, ssn, cvv, or ``key`` next to api, private, access or
+  secret, ``card`` next to number or credit, marks it; a last word such as
+  count, type or url makes it a name about a credential, shown;
 * inside any text (string arguments, error messages, log lines): the userinfo
-  of a URL, credential-looking query parameters and fragments (``token``,
-  ``key``, ``sig``, ``password``...), ``Bearer``/``Basic`` credentials and
-  ``password=...``-style pairs (:func:`scrub_text`).
+  of a URL, query parameters and fragments with such names, and ``key``,
+  ``code`` or ``s`` when their value looks like a token (letters and digits,
+  8 or more), ``Bearer``/``Basic`` credentials and ``password=...``-style pairs
+  (:func:`scrub_text`).
+
+docs/security.md states the rule and why it is this one.
 
 The tool still receives the real value: only the text shown is redacted.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -40,6 +46,7 @@ __all__ = [
     "scrub_text",
     "secret_names",
     "shown_kwargs",
+    "withhold_arguments",
 ]
 
 #: What a secret value is shown as.
@@ -57,22 +64,38 @@ _SECRET_WORDS = frozenset(
         "token", "secret", "secrets", "password", "passwd", "pass", "pwd", "passphrase",
         "pin", "auth", "authorization", "cookie", "cookies", "credential", "credentials",
         "signature", "sig", "apikey", "otp", "jwt", "bearer", "sessionid", "privatekey",
+        "session", "ssn", "cvv", "cvc", "cardnumber", "creditcard", "ccnumber",
     }
 )  # fmt: skip
 
-#: Words that make ``key`` a credential (``api_key``, ``X-Goog-Api-Key``, ``private-key``),
-#: while a bare ``key`` (a cache or S3 object key) stays shown as an argument.
-_KEY_QUALIFIERS = frozenset({"api", "private", "access", "secret", "signing", "master", "client"})
+#: Words that are a credential only beside one of their qualifiers: ``api_key``,
+#: ``X-Goog-Api-Key``, ``private-key``, ``card_number``, ``credit_card``,
+#: ``security_code``; a bare ``key`` (a cache or S3 object key), ``card`` (a board's
+#: card) or ``code`` stays shown as an argument.
+_QUALIFIED = {
+    "key": frozenset({"api", "private", "access", "secret", "signing", "master", "client"}),
+    "card": frozenset({"number", "num", "no", "credit", "debit"}),
+    "code": frozenset({"security", "verification", "card"}),
+    "security": frozenset({"social"}),
+}
 
-#: Query parameters that carry a credential by themselves, besides credential names:
-#: Google's ``key``, shared-access ``sig`` and ``code`` of an OAuth redirect.
-_QUERY_CREDENTIALS = frozenset({"key", "sig", "code", "s"})
+#: Query parameter names that hold a credential in some APIs and not in others:
+#: Google's ``key``, the ``code`` of an OAuth redirect, a signature ``s``; but also a
+#: lookup ``key``, a promo ``code``, WordPress's search ``s``. Their values are masked
+#: when they look like a token (:func:`_looks_like_token`).
+_QUERY_AMBIGUOUS = frozenset({"key", "code", "s"})
+
+#: A token's shape: 8 or more characters of the URL-safe alphabets (base64, hex, JWT,
+#: percent-encoding), letters and digits both. A generated key has both; a word, a
+#: number or a path (``reports/q1.csv``) does not pass.
+_TOKEN = re.compile(r"[A-Za-z0-9_~+=%.-]{8,}")
 
 #: A last word that makes the key describe a credential instead of holding one:
 #: ``token_count``, ``password_policy``, ``auth_url`` are shown.
 _ABOUT_WORDS = frozenset(
     {"count", "limit", "max", "min", "length", "size", "type", "kind", "url", "uri",
-     "endpoint", "expiry", "expires", "ttl", "policy", "seen", "used", "budget", "header"}
+     "endpoint", "expiry", "expires", "ttl", "policy", "seen", "used", "budget", "header",
+     "timeout", "name"}
 )  # fmt: skip
 
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
@@ -85,9 +108,22 @@ def is_credential_name(name: str) -> bool:
         return False
     if _SECRET_WORDS.intersection(words):
         return True
-    if "key" in words and _KEY_QUALIFIERS.intersection(words):
+    if any(_QUALIFIED.get(word, frozenset()).intersection(words) for word in words):
         return True
     return "".join(words) in _SECRET_WORDS
+
+
+def _looks_like_token(value: str) -> bool:
+    """Whether a value starts with a generated credential's shape (see ``_TOKEN``).
+
+    Its start only: in free text the value runs on to the next space or ``&``,
+    so an error message's ``?key=AIza...: 403`` keeps its colon in the value.
+    """
+    found = _TOKEN.match(value)
+    if found is None:
+        return False
+    token = found.group(0)
+    return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
 
 
 #: What :func:`scrub_text` looks for: a cheap test first, since most text has none.
@@ -100,8 +136,9 @@ _TEXT_PAIR = re.compile(r"(?<![\w-])([\w-]{2,40})(?=([=:]\s?)([^\s&,;#'\"]+))")
 
 
 def _mask_pair(match: re.Match[str], query: bool) -> str:
-    name = match.group(2)
-    credential = is_credential_name(name) or (query and name.lower() in _QUERY_CREDENTIALS)
+    name, value = match.group(2), match.group(3)
+    ambiguous = query and name.lower() in _QUERY_AMBIGUOUS and _looks_like_token(value)
+    credential = is_credential_name(name) or ambiguous
     return f"{match.group(1)}{name}={REDACTED}" if credential else match.group(0)
 
 
@@ -240,3 +277,52 @@ def shown_kwargs(kwargs: Mapping[str, Any], secrets: frozenset[str] = frozenset(
         shown = {**shown, "context": redact(context)}
     text = repr(shown)
     return text if len(text) <= REPR_LIMIT else text[: REPR_LIMIT - 3] + "..."
+
+
+#: Argument strings shorter than this are not hunted in an error's text: "GET" or "1"
+#: would mask every word like it, and a secret is longer.
+_MIN_WITHHELD = 4
+
+#: How many argument strings an error's text is checked against, at most.
+_MAX_WITHHELD = 10_000
+
+
+def _argument_strings(arguments: Any) -> list[str]:
+    """The string values in ``arguments`` worth hunting for, longest first."""
+    found: set[str] = set()
+    stack = [arguments]
+    while stack and len(found) < _MAX_WITHHELD:
+        node = stack.pop()
+        if isinstance(node, str):
+            if len(node) >= _MIN_WITHHELD:
+                found.add(node)
+        elif isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return sorted(found, key=len, reverse=True)
+
+
+def _spellings(value: str) -> set[str]:
+    """How an error's text may quote ``value``: as is, as ``repr`` or JSON does."""
+    return {
+        value,
+        repr(value)[1:-1],
+        json.dumps(value)[1:-1],
+        json.dumps(value, ensure_ascii=False)[1:-1],
+    }
+
+
+def withhold_arguments(text: str, arguments: Any) -> str:
+    """``text`` with every argument string it quotes (and any credential) masked.
+
+    For the text of an unexpected exception, which may quote what it failed on
+    (a ``UnicodeEncodeError``'s ``repr`` carries the whole string it could not
+    encode): the schema's secret names do not help there, since the text is no
+    mapping, so every argument value it repeats is taken out, secret or not.
+    """
+    for value in _argument_strings(arguments):
+        for spelling in _spellings(value):
+            if spelling and spelling in text:
+                text = text.replace(spelling, REDACTED)
+    return scrub_text(text)

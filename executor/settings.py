@@ -244,6 +244,20 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest request body `toolexec mcp --http` reads; larger ones get 413.",
     )
+    mcp_max_sessions: int = Field(
+        default=1000,
+        gt=0,
+        le=100_000,
+        description="Most sessions `toolexec mcp --http` keeps open (each holds about 37 KB); "
+        "one more is refused with HTTP 503, Retry-After and data.type too_many_sessions.",
+    )
+    mcp_session_idle_s: float = Field(
+        default=1800.0,
+        gt=0,
+        le=604_800,
+        description="An MCP session with no request in flight for this long is ended "
+        "(its id then answers 404 and the client opens a new one).",
+    )
     mcp_catalog_poll_s: float = Field(
         default=2.0,
         gt=0,
@@ -266,6 +280,19 @@ class Settings(BaseSettings):
         '{"timeout": 10, "max_attempts": 3, "queue": "mcp", "side_effects": {"tool": true}, '
         '"headers": {"Authorization": "Bearer ..."}}}.',
     )
+
+    @field_validator("mcp_token", "payload_secret", "flower_user", "flower_password", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: Any) -> Any:
+        """An empty or blank secret is no secret: read as unset, once, for every reader.
+
+        ``${VAR:-}`` in a compose file passes an empty string. Were it a value,
+        one reader testing ``is not None`` and another testing truthiness would
+        disagree: the MCP bind check saw a token while the HTTP app served
+        without auth, and the payload signer took an empty HMAC key.
+        """
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        return None if isinstance(text, str) and not text.strip() else value
 
     @field_validator("tools", "http_allow", "mcp_allowed_origins", mode="before")
     @classmethod

@@ -18,6 +18,7 @@ from celery import Celery, Task
 from toolexec.context import CallContext
 from toolexec.fallback.state import FALLBACK_TASK
 from toolexec.tasks.runtime import attempt_number, runtime_of
+from toolexec.tasks.tool_task import InternalFailure, internal_message
 
 __all__ = ["FallbackTask", "register_fallback_task"]
 
@@ -33,7 +34,12 @@ class FallbackTask(Task):  # type: ignore[misc]
 def _run_fallback(self: FallbackTask, arguments: Any, context: dict[str, Any]) -> dict[str, Any]:
     ctx = CallContext.from_json(context)
     runtime = runtime_of(self.app)
-    action = runtime.chains.advance(ctx, arguments)
+    try:
+        action = runtime.chains.advance(ctx, arguments)
+    except Exception as exc:  # a bug in toolexec: its text may quote the arguments
+        raise InternalFailure(
+            internal_message(exc, arguments, f"in the fallback chain of {ctx.tool}")
+        ) from None
     return {"step": runtime.carry_out(ctx, action, attempt_number(self.request.retries, ctx))}
 
 

@@ -19,6 +19,7 @@ Everything the task uses lives in the process's
 from __future__ import annotations
 
 import logging
+import traceback
 from typing import Any, NoReturn
 
 from celery import Celery, Task
@@ -28,11 +29,19 @@ from toolexec.batch import Batch
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
 from toolexec.execution import Defer, Final, Retry, Verdict
-from toolexec.redaction import scrub_text, secret_names, shown_kwargs
+from toolexec.redaction import scrub_text, secret_names, shown_kwargs, withhold_arguments
 from toolexec.registry import ToolSpec
 from toolexec.tasks.runtime import WorkerRuntime, attempt_number, runtime_of
 
-__all__ = ["RetryReason", "ToolFailed", "ToolTask", "attempt_number", "register_tool_task"]
+__all__ = [
+    "InternalFailure",
+    "RetryReason",
+    "ToolFailed",
+    "ToolTask",
+    "attempt_number",
+    "internal_message",
+    "register_tool_task",
+]
 
 log = logging.getLogger("toolexec.worker")
 
@@ -150,11 +159,33 @@ def _run_tool(self: ToolTask, arguments: Any, context: dict[str, Any]) -> dict[s
             self.spec, arguments, ctx, number, admission=admission, settlement=settlement
         )
     except Exception as exc:  # a bug in toolexec; the caller still gets an answer
-        log.exception("internal error running %s", self.spec.name)
-        message = f"{type(exc).__name__}: {exc}"
+        message = internal_message(exc, arguments, f"running {self.spec.name}")
         runtime.fail(ctx, ErrorType.INTERNAL_ERROR, message, number, settlement)
-        raise
+        raise InternalFailure(message) from None
     return self.act(arguments, ctx, verdict, settlement)
+
+
+class InternalFailure(Exception):
+    """A call met a bug in toolexec; raised (FAILURE in Flower) in place of what was raised.
+
+    Celery puts the ``repr`` of whatever a task raises, and its traceback with
+    every chained exception, into the worker log, the task-failed event and
+    Flower's task page; an exception may quote the arguments it failed on (a
+    ``UnicodeEncodeError`` carries the whole text). This one carries only the
+    masked message and is raised ``from None``, so nothing of the original leaves.
+    """
+
+
+def internal_message(exc: BaseException, arguments: Any, doing: str) -> str:
+    """What an unexpected exception says, with the call's arguments withheld; logged here.
+
+    The worker log still gets where it happened: the frames (file, line, code),
+    which quote no values, with the masked message.
+    """
+    message = withhold_arguments(f"{type(exc).__name__}: {exc}", arguments)
+    frames = "".join(traceback.format_tb(exc.__traceback__)).rstrip()
+    log.error("internal error %s: %s\nTraceback (values withheld):\n%s", doing, message, frames)
+    return message
 
 
 def register_tool_task(celery_app: Celery, spec: ToolSpec) -> Task:

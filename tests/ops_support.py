@@ -67,6 +67,7 @@ class FlowerProcess:
         password: str,
         log_path: Path,
         command: Iterable[str] = ("-m", "toolexec", "flower"),
+        cwd: Path | None = None,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -79,10 +80,11 @@ class FlowerProcess:
         }
         self.args = [sys.executable, *command, f"--port={self.port}"]
         self.log_path = log_path
+        self.cwd = cwd
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, worker_hostname: str, timeout: float = 30) -> FlowerProcess:
-        """Start, then wait for /healthcheck and for the worker to be listed."""
+    def start(self, worker_hostname: str | None, timeout: float = 30) -> FlowerProcess:
+        """Start, then wait for /healthcheck and for the worker to be listed (if one is named)."""
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 self.args,
@@ -90,9 +92,12 @@ class FlowerProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                cwd=self.cwd,
             )
         try:
             wait_until(lambda: self._status("/healthcheck") == 200, timeout, "Flower to answer")
+            if worker_hostname is None:
+                return self
             wait_until(
                 lambda: worker_hostname in self.api("/api/workers?refresh=1"),
                 timeout,

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from toolexec.bounds import checked_id, checked_timeout, depth_problem, too_deep
+from toolexec.bounds import checked_id, checked_timeout, depth_problem, text_problem, too_deep
 from toolexec.breaker import BreakerGate
 from toolexec.catalog import CatalogEntry
 from toolexec.client.catalog_cache import CatalogCache
@@ -360,6 +360,9 @@ def parse_arguments(
     nested = depth_problem(arguments)
     if nested is not None:  # before json.dumps, redaction and validation recurse into it
         return None, nested
+    unencodable = text_problem(arguments)
+    if unencodable is not None:  # before anything hashes, logs or stores the text
+        return None, unencodable
     try:
         encoded = json.dumps(arguments, allow_nan=False)  # NaN is not JSON, whatever Python says
     except (TypeError, ValueError) as exc:

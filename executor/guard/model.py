@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from toolexec.errors import ErrorType
-from toolexec.normalize import arguments_hash, canonical_json, normalize
+from toolexec.normalize import arguments_hash, canonical_json, digest_bytes, normalize
 from toolexec.policies import RunBudget
 from toolexec.results import ToolResult
 
@@ -257,7 +257,7 @@ class RunView:
 
 
 def digest(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:16]
+    return hashlib.sha256(digest_bytes(canonical_json(value))).hexdigest()[:16]
 
 
 def call_key(tool: str, arguments: Any) -> str:

@@ -132,6 +132,11 @@ class McpFront:
             self._runs.pop(old, None)
         return run
 
+    def forget(self, session_id: str) -> None:
+        """A session ended (idle, or closed by its client): no list_changed for it, no run id."""
+        self._sessions.pop(session_id, None)
+        self._runs.pop(session_id, None)
+
     async def watch_catalog(self) -> None:
         """Tell every session that listed tools when the catalog changes (``list_changed``).
 

@@ -13,22 +13,28 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from functools import partial
 from urllib.parse import urlsplit
 
 import anyio
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
+from starlette.routing import Route
 
+from toolexec.clock import Clock, SystemClock
 from toolexec.errors import ConfigurationError
 from toolexec.mcp.server import McpFront
+from toolexec.mcp.session_limits import SessionGate, SessionTable
 from toolexec.settings import Settings
 
 __all__ = [
     "MCP_PATH",
     "StaticTokenVerifier",
+    "bearer_token",
     "check_bind",
     "http_app",
     "is_loopback",
@@ -62,13 +68,24 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def bearer_token(settings: Settings) -> str | None:
+    """``TOOLEXEC_MCP_TOKEN``, or None: one answer for the bind check and the app alike.
+
+    Settings read an empty or blank token as unset, so the two cannot disagree
+    about ``TOOLEXEC_MCP_TOKEN=`` (the bind check once saw a token that the app
+    then served without).
+    """
+    return settings.mcp_token.get_secret_value() if settings.mcp_token is not None else None
+
+
 def check_bind(host: str, settings: Settings) -> None:
     """Refuse to serve beyond loopback without a bearer token."""
-    if is_loopback(host) or settings.mcp_token is not None:
+    if is_loopback(host) or bearer_token(settings):
         return
     raise ConfigurationError(
         f"refusing to serve MCP on {host}, beyond loopback, without a bearer token: every "
-        "client could run every tool. Set TOOLEXEC_MCP_TOKEN, or listen on 127.0.0.1"
+        "client could run every tool. TOOLEXEC_MCP_TOKEN is unset or blank: set it to a "
+        "long random token, or listen on 127.0.0.1"
     )
 
 
@@ -94,35 +111,64 @@ def _security(host: str, port: int, settings: Settings) -> TransportSecuritySett
     )
 
 
-def http_app(front: McpFront, host: str, port: int) -> Starlette:
-    """The ASGI app serving ``/mcp``; raises ConfigurationError for an unsafe bind."""
+def http_app(
+    front: McpFront, host: str, port: int, clock: Clock | None = None
+) -> tuple[Starlette, SessionGate]:
+    """The ASGI app serving ``/mcp`` and its session gate; ConfigurationError for an unsafe bind.
+
+    The SDK's own session limits stay on as a backstop (the same count; twice
+    the idle time), while toolexec's gate ends idle sessions on its clock and
+    answers a full table with a refusal the client can read.
+    """
     settings = front.settings
     check_bind(host, settings)
-    token = settings.mcp_token.get_secret_value() if settings.mcp_token is not None else None
+    token = bearer_token(settings)
     auth = (
         AuthSettings(issuer_url=f"http://{host}:{port}", resource_server_url=None)  # type: ignore[arg-type]
         if token
         else None
     )
-    return front.server.streamable_http_app(
+    app = front.server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         transport_security=_security(host, port, settings),
         max_request_body_size=settings.mcp_max_request_bytes,
+        session_idle_timeout=2 * settings.mcp_session_idle_s,
+        max_sessions=settings.mcp_max_sessions,
         host=host,
         auth=auth,
         token_verifier=StaticTokenVerifier(token) if token else None,
     )
+    table = SessionTable(settings.mcp_max_sessions, settings.mcp_session_idle_s)
+    manager = front.server.session_manager
+    route = next(r for r in app.routes if isinstance(r, Route) and r.path == MCP_PATH)
+    gate = SessionGate(
+        route.app, table, clock or SystemClock(), partial(_end_session, manager), front.forget
+    )
+    route.app = gate  # inside the auth middleware, around the SDK's endpoint
+    return app, gate
+
+
+async def _end_session(manager: StreamableHTTPSessionManager, session_id: str) -> None:
+    """End one session in the SDK: forgotten at once (404 from then on), its task wound down.
+
+    The SDK has no public call for this; its idle timeout does the same through
+    these two private names, and the session tests fail if they go away.
+    """
+    transport = manager._server_instances.get(session_id)
+    if transport is not None:
+        await manager._discard_session(session_id, transport)
 
 
 async def serve_http(front: McpFront, host: str, port: int) -> None:
     """Serve until cancelled (Ctrl-C, SIGTERM), with the catalog watcher beside it."""
     import uvicorn
 
-    app = http_app(front, host, port)
+    app, gate = http_app(front, host, port)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(front.watch_catalog)
+        tasks.start_soon(gate.watch_idle)
         await server.serve()
         tasks.cancel_scope.cancel()
 

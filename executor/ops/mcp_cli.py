@@ -36,18 +36,22 @@ def mcp(listen: str | None) -> None:
             f"toolexec mcp needs the MCP SDK ({exc}); install it with: pip install 'toolexec[mcp]'"
         ) from exc
     from toolexec.client import ToolClient
+    from toolexec.settings import Settings
 
     # stdout carries the protocol over stdio: every log line goes to stderr
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(message)s")
-    with ToolClient.from_env() as client:
+    settings = Settings.from_env()
+    host, port = "", 0
+    if listen is not None:  # refused before anything connects anywhere
+        try:
+            host, port = parse_listen(listen)
+            check_bind(host, settings)
+        except ConfigurationError as exc:
+            raise click.ClickException(str(exc)) from exc
+    with ToolClient(settings) as client:
         front = McpFront(client)
         if listen is None:
             anyio.run(serve_stdio, front)
             return
-        try:
-            host, port = parse_listen(listen)
-            check_bind(host, front.settings)
-        except ConfigurationError as exc:
-            raise click.ClickException(str(exc)) from exc
         click.echo(f"toolexec mcp: serving http://{listen}/mcp", err=True)
         anyio.run(serve_http, front, host, port)

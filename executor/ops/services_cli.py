@@ -15,10 +15,19 @@ Flower splits ``FLOWER_BASIC_AUTH`` on commas into a list of accepted
 ``user:password`` pairs: a password ``a,b`` would let ``a`` and ``b`` in and
 refuse itself, and a trailing comma adds the empty pair, which an empty
 ``Authorization: Basic`` header matches. So a user or password Flower cannot
-carry is refused before Flower starts. Options passed through to Flower may
-not set where it listens, its basic auth or a config file (which can set
-either): those go through toolexec's own options and settings, or the
-loopback guard would be one ``-- --address=0.0.0.0`` away.
+carry is refused before Flower starts, and so is a non-ASCII one (Flower's
+``hmac.compare_digest`` raises on it: every request would be a 500). Options
+passed through to Flower may not set where it listens, its authentication or
+a config file (which can set either): those go through toolexec's own options
+and settings, or the loopback guard would be one ``-- --address=0.0.0.0`` away.
+
+Flower also reads options from a ``flowerconfig.py`` in the working directory
+(Python, run as it starts: ``basic_auth = []`` turns auth off) and from any
+variable ``FLOWER_<name>``, the name in any case (``FLOWER_Conf`` names another
+config file). So toolexec passes its own config file, ``flower_config.py``
+beside this module, and removes every ``FLOWER_*`` variable, in any case, but
+the few in :data:`FLOWER_ENV_KEPT`; ``FLOWER_UNAUTHENTICATED_API``, which opens
+the API to any web page, makes it refuse to start.
 
 ``toolexec embedded serve`` runs the bundled Valkey in the foreground, with
 persistence and ``noeviction``, for process managers (the Procfile) that
@@ -30,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +49,14 @@ import redis
 from toolexec.settings import Settings
 
 __all__ = [
+    "FLOWER_CONFIG",
+    "FLOWER_ENV_KEPT",
     "SERVE_PORT",
     "basic_auth",
     "credential_problem",
     "flower",
+    "flower_environment",
     "is_loopback",
-    "open_api_asked",
     "refused_passthrough",
     "register_published_tools",
     "serve_embedded",
@@ -52,11 +64,32 @@ __all__ = [
 ]
 
 #: Flower options that decide where it listens or who gets in: set only by toolexec.
-_GUARDED_OPTIONS = frozenset({"address", "port", "unix-socket", "basic-auth", "conf"})
+_GUARDED_OPTIONS = frozenset(
+    {
+        "address", "port", "unix-socket", "basic-auth", "conf", "auth", "auth-provider",
+    }
+)  # fmt: skip
 
-#: Flower reads every option from ``FLOWER_<NAME>`` too; toolexec removes these from
-#: Flower's environment (a Procfile may well set FLOWER_PORT for its own use).
-_GUARDED_ENV = ("FLOWER_ADDRESS", "FLOWER_PORT", "FLOWER_UNIX_SOCKET", "FLOWER_CONF")
+#: toolexec's own Flower config file, always passed as ``--conf``: without it Flower
+#: reads ``flowerconfig.py`` from the working directory, Python that can set anything.
+FLOWER_CONFIG = Path(__file__).with_name("flower_config.py")
+
+#: The ``FLOWER_*`` variables ``toolexec flower`` passes on, exactly so spelled: what
+#: Flower keeps and shows, never where it listens or who gets in. Flower reads every
+#: option from ``FLOWER_<name>`` with the name in any case (``FLOWER_Conf`` is
+#: ``--conf``), so every other variable whose name starts with ``FLOWER_`` in any case
+#: is removed from its environment.
+FLOWER_ENV_KEPT = frozenset(
+    {
+        "FLOWER_PERSISTENT", "FLOWER_DB", "FLOWER_STATE_SAVE_INTERVAL", "FLOWER_MAX_TASKS",
+        "FLOWER_MAX_WORKERS", "FLOWER_PURGE_OFFLINE_WORKERS", "FLOWER_NATURAL_TIME",
+        "FLOWER_TASKS_COLUMNS", "FLOWER_READ_ONLY", "FLOWER_INSPECT_TIMEOUT",
+    }
+)  # fmt: skip
+
+#: Opens Flower's API to every origin when no auth is configured: never passed on, and
+#: refused outright rather than dropped, since whoever set it expects an open API.
+_UNAUTHENTICATED_API = "FLOWER_UNAUTHENTICATED_API"
 
 
 def is_loopback(address: str) -> bool:
@@ -80,7 +113,26 @@ def credential_problem(user: str, password: str) -> str | None:
         return "a basic-auth user name cannot contain ':'"
     if not (user + password).isprintable():
         return "the user and password must be printable characters"
+    if not (user + password).isascii():
+        # Flower compares with hmac.compare_digest, which raises on non-ASCII text
+        return "Flower fails every request (500) for a non-ASCII user or password; use ASCII"
     return None
+
+
+def flower_environment(environ: Mapping[str, str]) -> tuple[list[str], str | None]:
+    """The ``FLOWER_*`` names to remove from Flower's environment, and why to refuse, or None.
+
+    Names only, never values: the answer is printed.
+    """
+    flower = [name for name in environ if name.upper().startswith("FLOWER_")]
+    if any(name.upper() == _UNAUTHENTICATED_API for name in flower):
+        return [], (
+            f"refusing {_UNAUTHENTICATED_API}: it opens Flower's API to any web page "
+            "without authentication; unset it (toolexec flower's auth comes only from "
+            "TOOLEXEC_FLOWER_USER and TOOLEXEC_FLOWER_PASSWORD; call the API with them: "
+            "curl -u USER:PASSWORD http://127.0.0.1:5555/api/workers)"
+        )
+    return sorted(name for name in flower if name not in FLOWER_ENV_KEPT), None
 
 
 def basic_auth(settings: Settings) -> str | None:
@@ -98,11 +150,6 @@ def basic_auth(settings: Settings) -> str | None:
             "choose another password"
         )
     return f"{settings.flower_user}:{password}"
-
-
-def open_api_asked(value: str) -> bool:
-    """Whether ``FLOWER_UNAUTHENTICATED_API`` asks Flower to open its API (its own reading)."""
-    return value.strip().lower() in ("y", "yes", "t", "true", "on", "1")
 
 
 def refused_passthrough(flower_args: tuple[str, ...]) -> str | None:
@@ -140,30 +187,35 @@ def flower(address: str | None, port: int | None, flower_args: tuple[str, ...]) 
             f"refusing to serve Flower on {listen!r} without authentication: set "
             "TOOLEXEC_FLOWER_USER and TOOLEXEC_FLOWER_PASSWORD, or listen on 127.0.0.1"
         )
-    if auth is None and open_api_asked(os.environ.get("FLOWER_UNAUTHENTICATED_API", "")):
-        raise click.ClickException(
-            "refusing FLOWER_UNAUTHENTICATED_API without credentials: Flower then answers "
-            "its API to any web page your browser opens (Access-Control-Allow-Origin: *), "
-            "every call's arguments included. Set TOOLEXEC_FLOWER_USER and "
-            "TOOLEXEC_FLOWER_PASSWORD instead and call the API with them "
-            "(curl -u USER:PASSWORD http://127.0.0.1:5555/api/workers)"
-        )
-    for name in _GUARDED_ENV:
-        os.environ.pop(name, None)
+    _clean_environment()
     if auth is not None:
         os.environ["FLOWER_BASIC_AUTH"] = auth
-    else:
-        os.environ.pop("FLOWER_BASIC_AUTH", None)  # only settings decide
     from toolexec.app import app
 
     register_published_tools(app, settings)
     argv = [
         "flower",
+        f"--conf={FLOWER_CONFIG}",
         f"--address={listen}",
         f"--port={settings.flower_port if port is None else port}",
         *flower_args,
     ]
     app.start(argv)
+
+
+def _clean_environment() -> None:
+    """Leave Flower only the ``FLOWER_*`` variables toolexec documents; refuse the API opener."""
+    dropped, refusal = flower_environment(os.environ)
+    if refusal is not None:
+        raise click.ClickException(refusal)
+    for name in dropped:
+        os.environ.pop(name, None)
+    if dropped:
+        click.echo(
+            f"toolexec flower: ignoring {', '.join(dropped)} (only TOOLEXEC_FLOWER_* settings "
+            f"and {', '.join(sorted(FLOWER_ENV_KEPT))} reach Flower)",
+            err=True,
+        )
 
 
 def register_published_tools(celery_app: Any, settings: Settings) -> list[str]:

@@ -1,4 +1,4 @@
-"""Flower's basic auth cannot be split open, nor its loopback guard skipped.
+"""Flower's basic auth cannot be split open, switched off, nor its loopback guard skipped.
 
 Before: ``toolexec flower`` passed ``user:password`` in ``FLOWER_BASIC_AUTH``,
 which Flower splits on commas: with the password ``Fl0wer,pass`` the real
@@ -8,6 +8,15 @@ password was refused while ``admin:Fl0wer`` and ``pass`` got in, and with
 listened on every interface without auth. Now such passwords and pass-through
 options are refused before Flower starts, and a real Flower lets in only the
 exact pair.
+
+Issue 22, item 7. Before: with toolexec's credentials set, a ``flowerconfig.py``
+holding ``basic_auth = []`` in the working directory, or ``FLOWER_Conf`` naming
+such a file (Flower matches ``FLOWER_*`` names in any case; toolexec dropped
+only upper-case ones), let anyone read ``/tasks`` and ``/workers`` and use the
+API; ``FLOWER_UNAUTHENTICATED_API=true`` was passed on and opened the API to any
+origin; a non-ASCII password made every request a 500. Now toolexec's Flower
+reads only its own config file, drops every ``FLOWER_*`` variable but a
+documented few, refuses the API opener and a non-ASCII password at start.
 """
 
 from __future__ import annotations
@@ -207,3 +216,78 @@ def test_the_attack_itself_still_works_on_flower_started_without_toolexec(
         proc.stop()
 
     assert empty == 200
+
+
+EVIL_CONFIG = "basic_auth = []\n"
+
+
+@pytest.mark.parametrize("where", ["working-directory", "FLOWER_Conf"])
+def test_a_config_file_from_outside_toolexec_cannot_turn_basic_auth_off(
+    worker_env: dict[str, str], tmp_path: Path, where: str
+) -> None:
+    """Given credentials in settings and a config file with ``basic_auth = []``, in the
+    working directory or named by ``FLOWER_Conf``, then pages and API stay at 401 without
+    credentials, and the pair still gets in."""
+    evil = tmp_path / "flowerconfig.py"
+    evil.write_text(EVIL_CONFIG)
+    env = {**worker_env, "FLOWER_Conf": str(evil)} if where == "FLOWER_Conf" else worker_env
+    cwd = tmp_path if where == "working-directory" else None
+    proc = FlowerProcess(env, USER, PASSWORD, tmp_path / "flower.log", cwd=cwd).start(None)
+    try:
+        statuses = {p: _status(proc.url + p, None) for p in ("/tasks", "/workers", "/api/tasks")}
+        allowed = _status(proc.url + "/api/workers", _basic(f"{USER}:{PASSWORD}"))
+    finally:
+        proc.stop()
+
+    assert statuses == {"/tasks": 401, "/workers": 401, "/api/tasks": 401}, proc.log()[-2000:]
+    assert allowed == 200
+
+
+def _exits_before_listening(env: dict[str, str], tmp_path: Path) -> str:
+    """``toolexec flower`` that must refuse to start: its output; fails fast if it listens."""
+    port = free_port()
+    log = tmp_path / "flower.log"
+    full_env = {**os.environ, **env}
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "toolexec", "flower", f"--port={port}"],
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_until(lambda: proc.poll() is not None or not _port_closed(port), 60, "an exit")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    assert proc.returncode != 0 and _port_closed(port), log.read_text()[-2000:]
+    return log.read_text()
+
+
+def test_flower_unauthenticated_api_is_refused_at_start(
+    worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Given ``FLOWER_UNAUTHENTICATED_API=true`` (on loopback, where toolexec needs no
+    credentials), then ``toolexec flower`` does not start: that variable opens the API to
+    any web page."""
+    env = {**worker_env, "FLOWER_UNAUTHENTICATED_API": "true"}
+    env = {k: v for k, v in env.items() if not k.startswith("TOOLEXEC_FLOWER_")}
+
+    output = _exits_before_listening(env, tmp_path)
+
+    assert "refusing FLOWER_UNAUTHENTICATED_API" in output
+
+
+def test_a_non_ascii_password_is_refused_at_start(
+    worker_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Given a non-ASCII password (which made every Flower request a 500), then ``toolexec
+    flower`` exits saying why, without quoting it."""
+    password = "pässwörd-Ünïcode"
+    env = {**worker_env, "TOOLEXEC_FLOWER_USER": USER, "TOOLEXEC_FLOWER_PASSWORD": password}
+
+    output = _exits_before_listening(env, tmp_path)
+
+    assert "non-ASCII" in output and password not in output

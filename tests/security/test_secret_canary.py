@@ -9,6 +9,8 @@ guard kept raw arguments in Redis for a day. Now failing, timing-out, invalid
 and retried calls, through a real worker, a run guard and a real Flower, leave
 the canary in none of: the worker's log, the task events, Flower's API, any
 Redis key of the database, the results and the replies for the model.
+Issue 22, item 8 added an ``X-Session`` header, ``ssn``, ``card_number`` and
+``cvv`` body keys and a ``session=`` URL parameter, which all showed before.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from ops_support import FlowerProcess
@@ -33,6 +36,9 @@ from toolexec.testing import FlakyServer, Reply
 pytestmark = pytest.mark.integration
 
 CANARY = f"cnry{uuid.uuid4().hex[:16]}"
+
+#: The canary of the lone-surrogate test (issue 22, item 3), apart from the one above.
+SURROGATE_CANARY = f"srgt{uuid.uuid4().hex[:16]}"
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +62,25 @@ def flower(fleet: Deployment, tmp_path_factory: pytest.TempPathFactory) -> Itera
 def _url(flaky: FlakyServer, name: str, *replies: Reply) -> str:
     """A scripted path, reached with the canary as URL password and as query parameters."""
     full = flaky.script(flaky.unique_path(name), *replies)
-    return full.replace("http://", f"http://ada:{CANARY}@") + f"?token={CANARY}&key={CANARY}"
+    query = f"?token={CANARY}&key={CANARY}&session={CANARY}"
+    return full.replace("http://", f"http://ada:{CANARY}@") + query
 
 
 def _hostile_calls(flaky: FlakyServer) -> list[tuple[str, dict[str, Any]]]:
-    headers = {"X-Token": CANARY, "X-Goog-Api-Key": CANARY, "Private-Token": CANARY}
-    body = {"pin": CANARY, "pass": CANARY, "city": "Paris"}
+    headers = {
+        "X-Token": CANARY,
+        "X-Goog-Api-Key": CANARY,
+        "Private-Token": CANARY,
+        "X-Session": CANARY,
+    }
+    body = {
+        "pin": CANARY,
+        "pass": CANARY,
+        "ssn": CANARY,
+        "card_number": CANARY,
+        "cvv": CANARY,
+        "city": "Paris",
+    }
     return [
         # failing: a permanent 403
         ("http_request", {"url": _url(flaky, "deny", Reply(403, {"e": "no"})), "headers": headers}),
@@ -101,7 +120,9 @@ def _tool_call(index: int, tool: str, arguments: dict[str, Any]) -> dict[str, An
     return {"id": f"call_{index}", "type": "function", "function": function}
 
 
-def _invalid_on_the_worker(fleet: Deployment) -> ToolResult:
+def _invalid_on_the_worker(
+    fleet: Deployment, arguments: dict[str, Any] | None = None
+) -> ToolResult:
     """A call the client would have refused, published as is: the worker's model refuses it."""
     ctx = CallContext(
         call_id=uuid.uuid4().hex,
@@ -110,7 +131,7 @@ def _invalid_on_the_worker(fleet: Deployment) -> ToolResult:
         submitted_at=time.time(),
         reply_to=uuid.uuid4().hex,
     )
-    arguments = {
+    arguments = arguments or {
         "url": f"http://ada:{CANARY}@h.example/?token={CANARY}",
         "headers": {"Authorization": f"Bearer {CANARY}", "X-Count": 1},
         "method": "TRACE",
@@ -184,3 +205,51 @@ def test_a_canary_secret_is_nowhere_after_failing_timing_out_invalid_and_retried
 def _around(text: str) -> str:
     at = text.index(CANARY)
     return text[max(0, at - 300) : at + 100]
+
+
+def test_a_lone_surrogate_is_invalid_arguments_and_the_secrets_beside_it_stay_hidden(
+    fleet: Deployment, flower: FlowerProcess, flaky: FlakyServer
+) -> None:
+    """Issue 22, item 3. Before: ``"\\ud800"`` in an argument made the arguments' digest
+    raise UnicodeEncodeError on the worker; the call ended internal_error and the error's
+    repr, the whole argument text with the API key and the bearer token, went to the
+    worker log, the task-failed event and Flower. Now the client answers invalid_arguments
+    before publishing (from a dict, and from a model's JSON), the worker does the same for
+    a message from elsewhere, and the secret is in none of those places."""
+    url = flaky.script(flaky.unique_path("surrogate"), Reply(200, {"ok": True}))
+    arguments = {
+        "url": url,
+        "params": {"api_key": SURROGATE_CANARY, "q": "\ud800"},
+        "headers": {"Authorization": f"Bearer {SURROGATE_CANARY}"},
+    }
+    with EventLog(fleet.client) as events:
+        results = [
+            fleet.client.call("http_request", arguments, timeout=20),
+            _invalid_on_the_worker(fleet, arguments),
+        ]
+        replies = fleet.client.run_tool_calls(
+            [_tool_call(0, "http_request", arguments)],
+            run_id=f"run-{uuid.uuid4().hex[:8]}",
+            timeout=20,
+        )
+        ids = [r.call_id for r in results]
+        shown = eventually(
+            lambda: flower.task(ids[1]).get("state") in ("SUCCESS", "FAILURE"), timeout=30
+        )
+
+    assert shown, flower.task(ids[1])
+    for result in results:
+        assert result.error is not None and result.error.type == "invalid_arguments", result
+        assert "params.q" in result.error.message and "surrogate" in result.error.message
+    assert "invalid_arguments" in replies[0]["content"], replies
+    assert flaky.hits(urlsplit(url).path) == []  # no request went out
+    places = {
+        "results": "\n".join(r.model_dump_json() for r in results),
+        "replies for the model": json.dumps(replies),
+        "worker log": fleet.log(),
+        "task events": json.dumps(events.events, default=str),
+        "flower api": json.dumps([flower.task(i) for i in ids]),
+    }
+    leaks = [where for where, text in places.items() if SURROGATE_CANARY in text]
+    assert leaks == [], {where: places[where][-2000:] for where in leaks}
+    assert "internal error" not in fleet.log()

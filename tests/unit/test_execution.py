@@ -137,6 +137,26 @@ def test_invalid_arguments_end_the_call_before_the_body_runs(
         assert named in result.error.message
 
 
+def test_a_lone_surrogate_from_a_message_is_invalid_arguments_before_the_body_runs(
+    executor: Executor, registry: Registry, clock: ManualClock
+) -> None:
+    """A message from elsewhere than a client can carry what a client refuses."""
+    counter = Counter()
+
+    def search(query: str, headers: dict[str, str] | None = None) -> list[str]:
+        counter.hit()
+        return []
+
+    spec = _register(registry, search)
+    raw = {"query": "a\ud800b", "headers": {"Authorization": "Bearer s3cr3t-t0ken"}}
+    verdict = executor.attempt(spec, raw, _ctx(clock, spec), attempt=1)
+    result = _final(verdict).result
+    assert counter.calls == 0
+    assert result.error is not None and result.error.type is ErrorType.INVALID_ARGUMENTS
+    assert "query holds a lone UTF-16 surrogate" in result.error.message
+    assert "s3cr3t" not in result.model_dump_json()
+
+
 def test_a_transient_failure_with_attempts_left_is_retried_within_the_policy_bounds(
     executor: Executor, registry: Registry, clock: ManualClock
 ) -> None:

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from toolexec.ops.cli import cli
-from toolexec.ops.services_cli import basic_auth, is_loopback, open_api_asked, valkey_args
+from toolexec.ops.services_cli import basic_auth, is_loopback, valkey_args
 from toolexec.settings import Settings
 
 
@@ -100,12 +100,3 @@ def test_flower_refuses_an_open_api_without_credentials(
     assert "refusing FLOWER_UNAUTHENTICATED_API" in result.output
     assert "curl -u USER:PASSWORD" in result.output
 
-
-def test_an_api_left_closed_is_not_taken_for_an_open_one() -> None:
-    assert [open_api_asked(v) for v in ("", "false", "0", "no", "true")] == [
-        False,
-        False,
-        False,
-        False,
-        True,
-    ]

@@ -135,3 +135,19 @@ def test_a_cluster_url_as_the_broker_is_refused(clean_env: pytest.MonkeyPatch) -
     clean_env.setenv("TOOLEXEC_BROKER_URL", "rediss+cluster://127.0.0.1:7000")
     with pytest.raises(pydantic.ValidationError, match="cannot use a cluster as its broker"):
         Settings.from_env()
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t\n "])
+@pytest.mark.parametrize("name", ["MCP_TOKEN", "PAYLOAD_SECRET", "FLOWER_USER", "FLOWER_PASSWORD"])
+def test_a_blank_secret_is_unset(clean_env: pytest.MonkeyPatch, name: str, blank: str) -> None:
+    """Every reader sees None, from the environment and from an explicit value alike."""
+    clean_env.setenv(f"TOOLEXEC_{name}", blank)
+    field = name.lower()
+
+    assert getattr(Settings.from_env(), field) is None
+    assert getattr(Settings(**{field: blank}), field) is None
+
+
+def test_a_secret_with_spaces_around_it_is_kept_as_given() -> None:
+    token = Settings(mcp_token=" t0ken ").mcp_token
+    assert token is not None and token.get_secret_value() == " t0ken "
