@@ -18,9 +18,12 @@ from click.testing import CliRunner
 from servers import ServerProcess, free_port, self_signed_cert, tls_server_binary, valkey_binary
 
 from toolexec.client import ToolClient
+from toolexec.connection import redis_client
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType, RedisUnavailableError
+from toolexec.keys import Keys
 from toolexec.ops.cli import cli
+from toolexec.results import ToolResult
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
@@ -119,25 +122,62 @@ def test_a_pickle_message_is_refused_and_its_tool_never_runs(
 
     assert refused, _log(worker)[-3000:]
     assert ran
-    time.sleep(0.3)  # a late run of the pickled message would show as a second hit
+    # A late run of the pickled message would be a second hit on ``path``. A marker call sent
+    # now lands behind anything the refusal put back on the queue; once it has run, a copy
+    # of the pickled message would have been taken before it.
+    marker = flaky.unique_path("after-pickled")
+    marker_id, marker_context = _context("record", raw_app)
+    marker_kwargs = {"arguments": {"url": flaky.script(marker, Reply(200)), "count": 1}}
+    raw_app.send_task(
+        "tools.record", kwargs={**marker_kwargs, "context": marker_context}, task_id=marker_id
+    )
+    assert _eventually(lambda: len(flaky.hits(marker)) == 1)
     assert len(flaky.hits(path)) == 1
 
 
 def test_a_message_for_a_task_that_is_not_a_registered_tool_is_discarded(
-    raw_app: Celery, worker: WorkerProcess
+    raw_app: Celery, worker: WorkerProcess, settings: Settings
 ) -> None:
     """Only registered tools run: a message naming any other tool is logged and handed back for
-    a worker that has it (tests/security/test_unknown_tasks.py follows it to the end)."""
+    a worker that has it (tests/security/test_unknown_tasks.py follows it to the end); when
+    none takes it before its deadline, it is dead-lettered and its caller answered
+    ``unavailable`` without an attempt, and it is gone from the queue."""
     name = f"tools.no_such_tool_{uuid.uuid4().hex[:6]}"
+    ctx = CallContext(
+        call_id=uuid.uuid4().hex,
+        tool=name.removeprefix("tools."),
+        deadline=time.time() + 4,  # a few hand-backs (0.1-0.5 s apart), then given up
+        submitted_at=time.time(),
+        reply_to=uuid.uuid4().hex,
+    )
 
-    raw_app.send_task(name, kwargs={"arguments": {}, "context": {}})
+    raw_app.send_task(name, kwargs={"arguments": {}, "context": ctx.to_json()}, task_id=ctx.call_id)
 
-    def discarded() -> bool:
+    def handed_back() -> bool:
         log = _log(worker)
-        return f"Received unregistered task of type '{name}'" in log
+        return f"type '{name}' id={ctx.call_id}; handing it back" in log
 
-    assert _eventually(discarded), _log(worker)[-3000:]
-    assert "handing it back for a worker that has it" in _log(worker)
+    assert _eventually(handed_back), _log(worker)[-3000:]
+    state = redis_client(settings.redis_url or "")
+    keys = Keys(settings.key_prefix)
+    try:
+        answer = _eventually(lambda: state.lindex(keys.reply(ctx.reply_to), 0), timeout=15)
+        assert answer is not None, _log(worker)[-3000:]
+        result = ToolResult.model_validate_json(answer)
+        assert result.error is not None and result.error.type == ErrorType.UNAVAILABLE, result
+        assert result.attempts == 0
+        letters = [json.loads(e) for e in state.lrange(keys.deadletter(), 0, -1)]
+        assert [e["task"] for e in letters if e["id"] == ctx.call_id] == [name], letters
+    finally:
+        state.close()
+    queue = redis_client(settings.broker_url or settings.redis_url or "")
+    try:  # on a Redis broker the message is no longer queued (RabbitMQ: nothing to read here)
+        queued = [m for m in queue.lrange(settings.default_queue, 0, -1) if ctx.call_id in str(m)]
+    except Exception:
+        queued = []
+    finally:
+        queue.close()
+    assert queued == []
 
 
 # -- Redis with a password, and no secret in any log --------------------------------
