@@ -104,8 +104,10 @@ def test_calls_over_the_shared_rate_limit_wait_in_the_queue_without_using_attemp
     What the limiter decides is when each call may go; it never lets one go early. A call
     can reach the service later than its slot on a loaded machine, and two late calls can
     then land close together (1 ms apart measured, with no arrival early), so arrivals are
-    held to their earliest allowed times: a limiter that let two calls through in one slot
-    puts the second before its time."""
+    held to their earliest allowed times, which cannot fail falsely. A limiter that let
+    calls through together fails it where dispatch takes less than a slot (a quiet
+    machine); under a load average of 12 a burst of 6 passed, so this is the weaker half
+    of what the limiter promises (tests/unit/test_ratelimit.py holds the slots exactly)."""
     url = flaky.script(flaky.unique_path("limited"), Reply(200))
     sent_at = time.time()  # the FlakyServer stamps hits with the same clock
 
