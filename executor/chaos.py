@@ -71,6 +71,7 @@ __all__ = [
     "run_write_fault",
     "sentinel_rig",
     "stop_worker",
+    "unexplained_typed",
     "wait_until",
 ]
 
