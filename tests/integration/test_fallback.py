@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -252,11 +252,21 @@ def test_a_call_with_an_idempotency_key_is_still_answered_by_its_alternative(
 
 
 def _joined_while_running(
-    tx: ToolClient, tool: str, arguments: dict[str, str], key: str | None, others: int
+    tx: ToolClient,
+    tool: str,
+    arguments: dict[str, str],
+    key: str | None,
+    others: int,
+    running: Callable[[], bool],
 ) -> list[ToolResult]:
     """The first call, then ``others`` identical ones once the first is running."""
     first = tx.submit(tool, arguments, timeout=20, idempotency_key=key)
-    time.sleep(0.4)  # the primary's service answers after 1.5 s: the others join it
+    # the primary's request has reached its service, which answers after 1.5 s: the others
+    # find it in flight and join it
+    end = time.monotonic() + 10
+    while not running():
+        assert time.monotonic() < end, "the first call never reached its service"
+        time.sleep(0.02)
     rest = [tx.submit(tool, arguments, timeout=20, idempotency_key=key) for _ in range(others)]
     return [first.result(), *(handle.result() for handle in rest)]
 
@@ -269,7 +279,9 @@ def test_coalesced_calls_that_joined_get_the_same_degraded_answer_as_the_one_tha
     arguments = {"city": "Tromso", "url": main, "lite_url": lite}
 
     # when three identical calls are in flight at once
-    first, *joined = _joined_while_running(tx, "forecast_shared", arguments, None, 2)
+    first, *joined = _joined_while_running(
+        tx, "forecast_shared", arguments, None, 2, lambda: _hits(flaky, main) == 1
+    )
 
     # then the primary ran once, and every caller got the lite variant's degraded answer
     assert _hits(flaky, main) == 1 and _hits(flaky, lite) == 1
@@ -289,7 +301,9 @@ def test_duplicates_of_a_failing_write_get_the_same_explanation_as_the_call_that
     key = uuid.uuid4().hex
 
     # when the duplicates arrive while the first is running
-    first, *joined = _joined_while_running(tx, "post_alert", {"city": "Oslo", "url": url}, key, 2)
+    first, *joined = _joined_while_running(
+        tx, "post_alert", {"city": "Oslo", "url": url}, key, 2, lambda: _hits(flaky, url) == 1
+    )
 
     # then the write was attempted once and every caller got the degraded explanation
     assert _hits(flaky, url) == 1

@@ -6,12 +6,11 @@ every POST of an order is one effect, recorded as it arrives.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from idempotency_support import idem_env, order_arguments, run_id, start_worker
+from idempotency_support import idem_env, order_arguments, run_id, start_worker, wait_until
 
 from toolexec.client import ToolClient
 from toolexec.errors import ErrorType
@@ -51,7 +50,9 @@ def test_two_concurrent_identical_calls_write_once_and_both_get_the_result(
     first = idem_client.submit(
         "place_order", order_arguments(ledger, order), run_id=run, timeout=20
     )
-    time.sleep(0.3)  # the first holds the lease by now: the second must join it
+    # its request has reached the service (which answers after 1.5 s), so it holds the lease
+    # it took before calling: the second must join it
+    wait_until(lambda: len(ledger.writes(order)) == 1, 10, "the first call's write under way")
     second = idem_client.submit(
         "place_order", order_arguments(ledger, order), run_id=run, timeout=20
     )

@@ -231,7 +231,13 @@ def test_a_remote_write_is_not_run_twice_when_its_worker_is_killed(
             result = handle.result()
         assert result.status == "unknown", result.model_dump_json()
         assert result.error is not None and result.error.type == ErrorType.WORKER_LOST
-        time.sleep(0.5)  # anything still in flight would show up as a second write
+        # A later write on the same queue, answered: the taker has taken what came before it.
+        # Stopping the taker then lets any attempt it still runs finish (a warm shutdown),
+        # so a late second write of ``key`` would be counted by now.
+        with ToolClient(own) as client:
+            marker = client.call("remote.write", {"key": f"{key}-after"}, timeout=30)
+        assert marker.ok, marker.model_dump_json()
+        taker.stop()
         assert remote.writes(key) == 1
     finally:
         doomed.kill()

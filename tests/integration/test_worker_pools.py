@@ -18,6 +18,7 @@ from ops_support import celery
 from ops_tools import AUTOSCALE_QUEUE, FAST_QUEUE, SLOW_QUEUE
 
 from toolexec.client import CallHandle, ToolClient
+from toolexec.consumer import read_beats
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
 
@@ -57,6 +58,17 @@ def _saturate(client: ToolClient) -> list[CallHandle]:
     return [client.submit("slow_report", {"seconds": SLOW_S}) for _ in range(BACKLOG)]
 
 
+def _wait_busy(settings: Settings, worker: WorkerProcess, running: int) -> None:
+    """Until ``worker``'s consumer loop reports ``running`` calls under way (its beat)."""
+    end = time.monotonic() + 15
+    while True:
+        beats = [b for b in read_beats(settings.data_dir) if b.hostname == worker.hostname]
+        if beats and beats[0].active >= running:
+            return
+        assert time.monotonic() < end, f"{worker.hostname} never ran {running} calls at once"
+        time.sleep(0.05)
+
+
 def _fast_latencies(client: ToolClient, count: int) -> list[float]:
     latencies = []
     for i in range(count):
@@ -94,7 +106,7 @@ def test_on_one_shared_pool_the_same_fast_call_waits_for_a_slow_slot(
     try:
         with ToolClient(settings) as client:
             slow = _saturate(client)
-            time.sleep(0.3)  # the slow calls take both slots
+            _wait_busy(settings, shared, SLOW_SLOTS)  # the slow calls take both slots
             (latency,) = _fast_latencies(client, 1)
             assert latency > SLOW_S / 2, latency
             assert all(h.result().ok for h in slow)

@@ -34,6 +34,8 @@ from pathlib import Path
 import pytest
 from ops_support import FlowerProcess, free_port, wait_until
 
+from toolexec.app import create_app
+from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -46,8 +48,8 @@ def _basic(credentials: str) -> str:
     return "Basic " + b64encode(credentials.encode()).decode()
 
 
-def _status(url: str, authorization: str | None) -> int:
-    request = urllib.request.Request(url)
+def _status(url: str, authorization: str | None, method: str = "GET") -> int:
+    request = urllib.request.Request(url, data=b"" if method == "POST" else None, method=method)
     if authorization is not None:
         request.add_header("Authorization", authorization)
     try:
@@ -113,6 +115,31 @@ def test_a_real_flower_lets_in_only_the_exact_pair(
     for path in ("/api/tasks", "/api/workers", "/workers"):
         assert _status(flower.url + path, authorization) == 401, path
     assert _status(flower.url + "/api/tasks", _basic(f"{USER}:{PASSWORD}")) == 200
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Basic ", _basic(f"{USER}:"), _basic(f"{USER}:Fl0wer"), _basic("pass")],
+    ids=lambda a: repr(a),
+)
+def test_the_shutdown_post_without_the_exact_pair_is_refused_and_the_worker_lives(
+    flower: FlowerProcess, worker: WorkerProcess, settings: Settings, authorization: str | None
+) -> None:
+    """Given Flower behind basic auth, when Flower's own API is asked to shut the worker down
+    without the exact pair, then it answers 401 and the worker still answers a ping sent
+    after it: a worker handles broadcast commands in order, so a shutdown that got
+    through would have ended it before the ping."""
+    url = f"{flower.url}/api/worker/shutdown/{worker.hostname}"
+
+    assert _status(url, authorization, method="POST") == 401
+
+    app = create_app(settings)
+    try:
+        replies = app.control.ping(destination=[worker.hostname], timeout=5) or []
+    finally:
+        app.close()
+    assert [name for reply in replies for name in reply] == [worker.hostname]
+    assert worker.process is not None and worker.process.poll() is None
 
 
 @pytest.mark.parametrize("password", ["Fl0wer,pass", "Fl0wer-pass,", ",Fl0wer-x", "ab,,cd"])

@@ -10,6 +10,7 @@ serves the next call.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -104,7 +105,10 @@ def test_a_well_shaped_body_with_hostile_headers_is_refused_too(
 ) -> None:
     """Given a good body with a header Celery would choke on (or that would forge a log line),
     then the message is refused without stopping the worker and the tool does not run."""
-    context = {"call_id": "x", "tool": "sec_echo", "deadline": 0, "reply_to": "nobody"}
+    # a live deadline and a reply list of its own: a run would answer there (deadline 0 never ran)
+    reply_to = f"r-{uuid.uuid4().hex}"
+    deadline = time.time() + 60
+    context = {"call_id": "x", "tool": "sec_echo", "deadline": deadline, "reply_to": reply_to}
     body = json.dumps([[], {"arguments": {"text": MARK}, "context": context}, {}]).encode()
     before = fleet.log().count("refused task message")
 
@@ -116,6 +120,8 @@ def test_a_well_shaped_body_with_hostile_headers_is_refused_too(
     assert "\nINFO call x status=ok" not in fleet.log()
     assert MARK not in fleet.log()
     assert fleet.client.call("sec_echo", {"text": "ok"}, timeout=20).ok
+    replies = Keys(fleet.settings.key_prefix).reply(reply_to)  # a later call ran: no run of x
+    assert redis_client(fleet.settings.redis_url or "").llen(replies) == 0
     assert fleet.alive()
 
 

