@@ -90,3 +90,12 @@ def test_an_exception_quoting_an_argument_value_is_masked(exc: Exception) -> Non
     message = internal_message(exc, {"params": {"api_key": SECRET, "q": "x"}}, "running t")
     assert SECRET not in message
     assert type(exc).__name__ in message
+
+
+def test_a_run_id_with_a_lone_surrogate_is_a_usage_error() -> None:
+    """An id becomes part of Redis keys, which are encoded as UTF-8."""
+    from toolexec.bounds import checked_id
+    from toolexec.errors import UsageError
+
+    with pytest.raises(UsageError):
+        checked_id("run-\ud800", "run_id")
