@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -363,22 +364,34 @@ INSPECTOR_CACHE = Path(
 
 
 def _inspector() -> Path:
-    """The Inspector CLI, installed once from the npm registry into a reusable cache."""
+    """The Inspector CLI, installed once from the npm registry into a reusable cache.
+
+    npm installs into a folder of its own that is renamed into place only once the
+    install finished, so an interrupted or concurrent install never leaves a half-filled
+    cache that later runs would take for a whole one.
+    """
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("node/npm are not installed: the MCP Inspector CLI cannot run")
-    prefix = INSPECTOR_CACHE / "inspector"
+    prefix = INSPECTOR_CACHE / "inspector-v2"
     cli = prefix / "node_modules" / ".bin" / "mcp-inspector"
-    if not cli.exists():
-        prefix.mkdir(parents=True, exist_ok=True)
+    if not (prefix / "installed").exists():
+        INSPECTOR_CACHE.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix="inspector-", dir=INSPECTOR_CACHE))
         done = subprocess.run(
             ["npm", "install", "--no-audit", "--no-fund", "@modelcontextprotocol/inspector"],
-            cwd=prefix,
+            cwd=staging,
             capture_output=True,
             text=True,
             timeout=600,
         )
-        if done.returncode != 0 or not cli.exists():
+        if done.returncode != 0 or not (staging / "node_modules" / ".bin").exists():
+            shutil.rmtree(staging, ignore_errors=True)
             pytest.skip(f"could not install @modelcontextprotocol/inspector: {done.stderr[-500:]}")
+        (staging / "installed").touch()
+        try:
+            staging.rename(prefix)
+        except OSError:  # another run put a whole install in place first
+            shutil.rmtree(staging, ignore_errors=True)
     return cli
 
 
