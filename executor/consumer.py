@@ -67,6 +67,22 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]
         )
         return super().ensure_connected(conn)
 
+    def on_unknown_message(self, body: Any, message: Any) -> None:
+        """A message with no task header: refused by the message guard (Celery logs its body)."""
+        refuse = getattr(self, "toolexec_refuse", None)
+        if refuse is None:
+            return super().on_unknown_message(body, message)  # type: ignore[no-any-return]
+        refuse(message, "it names no task")
+        return None
+
+    def on_decode_error(self, message: Any, exc: BaseException) -> None:
+        """A message kombu could not decode: refused by the guard (Celery logs its body)."""
+        refuse = getattr(self, "toolexec_refuse", None)
+        if refuse is None:
+            return super().on_decode_error(message, exc)  # type: ignore[no-any-return]
+        refuse(message, f"its body cannot be decoded ({type(exc).__name__})")
+        return None
+
 
 @dataclass(frozen=True)
 class Beat:

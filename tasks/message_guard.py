@@ -14,6 +14,12 @@ wraps every handler, so that:
   whole body at ERROR, drop it and write a ``celery-task-meta-*`` key for an
   id anyone can choose.
 
+It also refuses a message whose ``eta`` lies beyond its call's deadline (or
+beyond ``eta_horizon_s`` without one), and any with an ``eta`` once the worker
+holds ``worker_max_scheduled`` of them (``toolexec.poison.eta_problem``); and it
+is where the Redis transport's refusals of items that are no envelope at all
+(:mod:`toolexec.inbox`) are dead-lettered.
+
 It is the narrowest seam Celery offers that sees every message before its
 handler does, for every task (tools, the fallback task and Celery's own).
 """
@@ -30,8 +36,10 @@ from typing import Any
 import redis
 from celery import bootsteps
 from celery.exceptions import InvalidTaskError
+from celery.worker import state as worker_state
 from kombu.exceptions import ContentDisallowed, DecodeError
 
+from toolexec import inbox
 from toolexec.app import settings_of
 from toolexec.connection import fail_fast_client, redis_url
 from toolexec.context import CallContext
@@ -44,9 +52,11 @@ from toolexec.poison import (
     MAX_HANDBACKS,
     GiveUp,
     call_context,
+    eta_problem,
     fingerprint,
     handback_count,
     message_problem,
+    short_hash,
     unknown_task_fate,
 )
 from toolexec.replies import deliver
@@ -81,6 +91,9 @@ class _Guard:
         self._keys = Keys(settings.key_prefix)
         self._url = redis_url(settings)
         self._redis: redis.Redis | None = None
+        self._horizon_s = settings.eta_horizon_s
+        self._max_scheduled = settings.worker_max_scheduled
+        inbox.set_refusal_sink(self.dead_letter_raw)
 
     def _client(self) -> redis.Redis:
         if self._redis is None:
@@ -93,6 +106,15 @@ class _Guard:
             if problem is not None:
                 self.refuse(message, problem)
                 return None
+            problem = self._eta_problem(message)
+            if problem is not None:
+                self.refuse(message, problem)
+                self._answer(
+                    call_context(_payload(message)),
+                    problem,
+                    "Call again without a delay beyond the call's timeout, or later.",
+                )
+                return None
             try:
                 return strategy(message, body, *args, **kwargs)
             except _PARSE_ERRORS as exc:
@@ -100,6 +122,25 @@ class _Guard:
                 return None
 
         return guarded
+
+    def _eta_problem(self, message: Any) -> str | None:
+        scheduled = len(worker_state.scheduled_requests)
+        return eta_problem(
+            message.headers,
+            _payload(message),
+            time.time(),
+            self._horizon_s,
+            scheduled,
+            self._max_scheduled,
+        )
+
+    def malformed(self, reason: str) -> Handler:
+        """A handler that refuses whatever message it gets, for ``reason``."""
+
+        def refusing(message: Any, body: Any, *args: Any, **kwargs: Any) -> None:
+            self.refuse(message, reason)
+
+        return refusing
 
     def unknown(self, name: str) -> Handler:
         def unregistered(message: Any, body: Any, *args: Any, **kwargs: Any) -> None:
@@ -160,10 +201,14 @@ class _Guard:
         """Log once (id, task, reason; never the body), dead-letter, reject."""
         headers = message.headers if isinstance(message.headers, Mapping) else {}
         task_id, task = oneline(headers.get("id")), oneline(headers.get("task"))
+        info = message.delivery_info if isinstance(message.delivery_info, Mapping) else {}
         log.error(
-            "refused task message id=%s task=%s: %s; dead-lettered (body not logged)",
+            "refused task message id=%s task=%s queue=%s sha256=%s: %s; dead-lettered "
+            "(body not logged)",
             task_id,
             task,
+            oneline(info.get("routing_key")),
+            short_hash(message.body),
             oneline(reason),
         )
         self._dead_letter(message, task_id, task, reason)
@@ -171,16 +216,35 @@ class _Guard:
             message.reject_log_error(log, self._consumer.connection_errors, requeue=False)
 
     def _dead_letter(self, message: Any, task_id: str, task: str, reason: str) -> None:
-        info = message.delivery_info or {}
-        entry = {
-            "id": task_id,
-            "task": task,
-            "queue": oneline(info.get("routing_key")),
-            "reason": reason,
-            "at": time.time(),
-            "content_type": oneline(message.content_type),
-            **fingerprint(message.body),
-        }
+        info = message.delivery_info if isinstance(message.delivery_info, Mapping) else {}
+        self._record(
+            {
+                "id": task_id,
+                "task": task,
+                "queue": oneline(info.get("routing_key")),
+                "reason": reason,
+                "at": time.time(),
+                "content_type": oneline(message.content_type),
+                **fingerprint(message.body),
+            }
+        )
+
+    def dead_letter_raw(self, queue: str, item: bytes, reason: str, headers: Any) -> None:
+        """Record an item the transport refused before it became a message (toolexec.inbox)."""
+        found = headers if isinstance(headers, Mapping) else {}
+        self._record(
+            {
+                "id": oneline(found.get("id")),
+                "task": oneline(found.get("task")),
+                "queue": oneline(queue),
+                "reason": reason,
+                "at": time.time(),
+                "content_type": "",
+                **fingerprint(item),
+            }
+        )
+
+    def _record(self, entry: dict[str, Any]) -> None:
         key = self._keys.deadletter()
         try:
             pipe = self._client().pipeline(transaction=False)
@@ -191,7 +255,12 @@ class _Guard:
         except redis.RedisError as exc:  # the refusal itself must still happen
             log.warning("could not record a dead letter: %s", type(exc).__name__)
 
-    def _answer(self, context: Mapping[str, Any] | None, reason: str) -> None:
+    def _answer(
+        self,
+        context: Mapping[str, Any] | None,
+        reason: str,
+        suggestion: str = "The tool is being deployed or no longer served; try again later.",
+    ) -> None:
         """Tell a waiting caller that no worker took the call, rather than let it time out."""
         if context is None:
             return
@@ -202,7 +271,7 @@ class _Guard:
                 type=ErrorType.UNAVAILABLE,
                 message=f"no worker that runs the tool {ctx.tool!r} took the call ({reason}).",
                 retryable=True,
-                suggestion="The tool is being deployed or no longer served; try again later.",
+                suggestion=suggestion,
             )
             result = error_result(ctx, info, attempts=0, now=now)
             deliver(self._client(), self._keys, ctx.reply_to, result, ctx.deadline - now)
@@ -245,6 +314,12 @@ class GuardedStrategies(dict[str, Handler]):
     def __setitem__(self, name: str, strategy: Handler) -> None:
         super().__setitem__(name, self._guard.wrap(strategy))
 
+    def __getitem__(self, name: Any) -> Handler:
+        # a task header of another type (a list: unhashable) raised before __missing__
+        if not isinstance(name, str):
+            return self._guard.malformed("its task header is not a name")
+        return super().__getitem__(name)
+
     def __missing__(self, name: str) -> Handler:
         return self._guard.unknown(name)
 
@@ -256,4 +331,8 @@ class MessageGuard(bootsteps.Step):  # type: ignore[misc]
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
-        parent.strategies = GuardedStrategies(_Guard(parent))
+        guard = _Guard(parent)
+        parent.strategies = GuardedStrategies(guard)
+        # what Celery hands its own report of a message it cannot read (which logs the
+        # body): toolexec.consumer.Consumer refuses it through the guard instead
+        parent.toolexec_refuse = guard.refuse
