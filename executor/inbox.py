@@ -11,7 +11,7 @@ tests lost one call in about fourteen worker kills that way, after
 
 Here, when a channel consumes exactly one list, its wait is ``BLMOVE queue
 inbox``: the message is never out of Redis. The append that records it
-(:mod:`toolexec.transport_patch`) removes it from the inbox in the same
+(:class:`toolexec.transport.QoS`) removes it from the inbox in the same
 MULTI/EXEC, so a message is always in the queue, the inbox, or kombu's unacked
 record, and the orphan watch moves a dead consumer's inbox back to its queue.
 
@@ -34,7 +34,6 @@ queue and short hash, never its body) and never goes back to the queue.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -49,7 +48,7 @@ from toolexec import orphans
 from toolexec.logs import oneline
 from toolexec.poison import envelope_problem, short_hash
 
-__all__ = ["Refusal", "install", "set_refusal_sink", "take_pending"]
+__all__ = ["Refusal", "read", "set_refusal_sink", "start", "take_pending"]
 
 log = logging.getLogger("toolexec.worker")
 
@@ -66,12 +65,6 @@ _TAKING = "_toolexec_taking"
 #: Delivery runs on the thread that read the message, and kombu may record it on
 #: another channel than the one that read it, hence a thread-local, not the channel.
 _taken = threading.local()
-
-
-def install(channel_class: Any) -> None:
-    """Patch the wait and the read of ``channel_class`` (kombu's Redis channel)."""
-    setattr(channel_class, "_brpop_start", _moving_start(channel_class._brpop_start))  # noqa: B010
-    setattr(channel_class, "_brpop_read", _checked_read(channel_class._brpop_read))  # noqa: B010
 
 
 def set_refusal_sink(sink: Refusal | None) -> None:
@@ -108,55 +101,45 @@ def _server_moves(channel: Any) -> bool:
     return bool(known)
 
 
-def _moving_start(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def start(self: Any, timeout: Any = None) -> Any:
-        queue = _single_list(self)
-        inbox = None if queue is None else orphans.inbox_key(queue)
-        if queue is None or inbox is None:
-            self.__dict__[_TAKING] = None
-            return original(self, timeout)
-        orphans.announce_inbox(self.client, queue)
-        self.__dict__[_TAKING] = (queue, inbox)
-        wait = self.brpop_timeout if timeout is None else timeout
-        self._in_poll = self.client.connection
-        self._brpop_sent_at = monotonic()
-        self.client.connection.send_command("BLMOVE", queue, inbox, "RIGHT", "LEFT", wait or 0)
-        return None
-
-    return start
+def start(channel: Any, timeout: Any, brpop_start: Callable[[Any], Any]) -> None:
+    """Send the channel's wait: ``BLMOVE`` into its inbox when it can, else kombu's ``BRPOP``."""
+    queue = _single_list(channel)
+    inbox = None if queue is None else orphans.inbox_key(queue)
+    if queue is None or inbox is None:
+        channel.__dict__[_TAKING] = None
+        brpop_start(timeout)
+        return
+    orphans.announce_inbox(channel.client, queue)
+    channel.__dict__[_TAKING] = (queue, inbox)
+    wait = channel.brpop_timeout if timeout is None else timeout
+    channel._in_poll = channel.client.connection
+    channel._brpop_sent_at = monotonic()
+    channel.client.connection.send_command("BLMOVE", queue, inbox, "RIGHT", "LEFT", wait or 0)
 
 
-def _checked_read(original: Callable[..., Any]) -> Callable[..., Any]:
+def read(channel: Any, options: dict[str, Any]) -> bool:
     """kombu's read of a ``BRPOP`` or ``BLMOVE`` reply, with the item checked before delivery.
 
-    It replaces kombu's ``_brpop_read`` whole (``original`` is kept only for its
-    name): the parse, the rotation, the re-auth flush are kombu's steps.
+    It stands for kombu's ``_brpop_read`` whole: the parse, the rotation and the
+    re-auth flush are kombu's steps (pinned by ``tests/unit/test_kombu_contract.py``).
     """
-
-    @functools.wraps(original)
-    def read(self: Any, **options: Any) -> Any:
-        taking = self.__dict__.get(_TAKING)
-        try:
-            reply = _parse(self, "BRPOP" if taking is None else "BLMOVE", options)
-            if not reply:
-                raise Empty()
-            if taking is None:
-                dest, item = reply
-                name = bytes_to_str(dest)  # type: ignore[no-untyped-call]
-                queue, inbox = name.rsplit(self.sep, 1)[0], None
-            else:
-                (queue, inbox), item = taking, reply
-            self._queue_cycle.rotate(queue)
-            _deliver(self, queue, inbox, item)
-            return True
-        finally:
-            self._in_poll = None
-            flush = getattr(self, "_flush_brpop_reauth", None)
-            if flush is not None:
-                flush()
-
-    return read
+    taking = channel.__dict__.get(_TAKING)
+    try:
+        reply = _parse(channel, "BRPOP" if taking is None else "BLMOVE", options)
+        if not reply:
+            raise Empty()
+        if taking is None:
+            dest, item = reply
+            name = bytes_to_str(dest)  # type: ignore[no-untyped-call]
+            queue, inbox = name.rsplit(channel.sep, 1)[0], None
+        else:
+            (queue, inbox), item = taking, reply
+        channel._queue_cycle.rotate(queue)
+        _deliver(channel, queue, inbox, item)
+        return True
+    finally:
+        channel._in_poll = None
+        channel._flush_brpop_reauth()
 
 
 def _parse(channel: Any, command: str, options: dict[str, Any]) -> Any:

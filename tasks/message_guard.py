@@ -1,8 +1,9 @@
-"""A consumer bootstep that stands between the broker and Celery's task handlers.
+"""The message guard: it stands between the broker and Celery's task handlers.
 
-Celery's consumer looks each message's task up in ``consumer.strategies`` and
-calls the handler found there. This step replaces that dict with one that
-wraps every handler, so that:
+Celery's consumer builds one function that receives every task message
+(``Consumer.create_task_handler``). toolexec's consumer
+(:class:`toolexec.consumer.Consumer`) hands that function to the guard this
+bootstep creates, and the guard sees each message first, so that:
 
 * a malformed message (``toolexec.poison.message_problem``, or anything
   Celery's handler raises while parsing it) is refused: logged once with its
@@ -21,7 +22,8 @@ is where the Redis transport's refusals of items that are no envelope at all
 (:mod:`toolexec.inbox`) are dead-lettered.
 
 It is the narrowest seam Celery offers that sees every message before its
-handler does, for every task (tools, the fallback task and Celery's own).
+handler does, for every task (tools, the fallback task and Celery's own), and
+it needs no change to Celery's ``strategies`` dict.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from toolexec.poison import (
 from toolexec.replies import deliver
 from toolexec.results import ErrorInfo
 
-__all__ = ["GuardedStrategies", "MessageGuard"]
+__all__ = ["MessageGuard"]
 
 log = logging.getLogger("toolexec.worker")
 
@@ -100,28 +102,40 @@ class _Guard:
             self._redis = fail_fast_client(self._url)
         return self._redis
 
-    def wrap(self, strategy: Handler) -> Handler:
-        def guarded(message: Any, body: Any, *args: Any, **kwargs: Any) -> Any:
-            problem = _problem(message, body)
+    def guarding(self, handler: Handler, known: Mapping[str, Any]) -> Handler:
+        """Celery's ``on_task_received`` behind the guard; ``known``: Celery's task strategies."""
+
+        def on_task_received(message: Any) -> Any:
+            headers = message.headers
+            name = headers.get("task") if isinstance(headers, Mapping) else None
+            problem = _problem(message) if isinstance(name, str) else "its task header is no name"
             if problem is not None:
                 self.refuse(message, problem)
                 return None
-            problem = self._eta_problem(message)
-            if problem is not None:
-                self.refuse(message, problem)
-                self._answer(
-                    call_context(_payload(message)),
-                    problem,
-                    "Call again without a delay beyond the call's timeout, or later.",
-                )
+            if name not in known:
+                self.on_unknown(str(name), message)
+                return None
+            if self._refused_for_eta(message):
                 return None
             try:
-                return strategy(message, body, *args, **kwargs)
+                return handler(message)
             except _PARSE_ERRORS as exc:
                 self.refuse(message, f"Celery could not read it ({type(exc).__name__})")
                 return None
 
-        return guarded
+        return on_task_received
+
+    def _refused_for_eta(self, message: Any) -> bool:
+        """Refuse (and answer its caller) a message whose eta the worker cannot hold."""
+        problem = self._eta_problem(message)
+        if problem is not None:
+            self.refuse(message, problem)
+            self._answer(
+                call_context(_payload(message)),
+                problem,
+                "Call again without a delay beyond the call's timeout, or later.",
+            )
+        return problem is not None
 
     def _eta_problem(self, message: Any) -> str | None:
         scheduled = len(worker_state.scheduled_requests)
@@ -133,24 +147,6 @@ class _Guard:
             scheduled,
             self._max_scheduled,
         )
-
-    def malformed(self, reason: str) -> Handler:
-        """A handler that refuses whatever message it gets, for ``reason``."""
-
-        def refusing(message: Any, body: Any, *args: Any, **kwargs: Any) -> None:
-            self.refuse(message, reason)
-
-        return refusing
-
-    def unknown(self, name: str) -> Handler:
-        def unregistered(message: Any, body: Any, *args: Any, **kwargs: Any) -> None:
-            problem = _problem(message, body)  # malformed is refused at once, known or not
-            if problem is not None:
-                self.refuse(message, problem)
-                return
-            self.on_unknown(name, message)
-
-        return unregistered
 
     def on_unknown(self, name: str, message: Any) -> None:
         headers = message.headers if isinstance(message.headers, Mapping) else {}
@@ -286,9 +282,7 @@ def _payload(message: Any) -> Any:
         return None
 
 
-def _problem(message: Any, body: Any) -> str | None:
-    if body is not None:  # the consumer decodes only protocol-1 bodies itself
-        return "protocol 1 messages are not accepted"
+def _problem(message: Any) -> str | None:
     try:
         payload = message.payload
     except ContentDisallowed as exc:
@@ -298,41 +292,12 @@ def _problem(message: Any, body: Any) -> str | None:
     return message_problem(message.headers, payload)
 
 
-class GuardedStrategies(dict[str, Handler]):
-    """``consumer.strategies`` whose handlers refuse poison and hand back unknown tasks.
-
-    Celery fills it through ``update_strategies`` (``__setitem__``) and reads
-    it with ``strategies[name]``, which lands in ``__missing__`` for a task
-    this worker lacks. The answer for an unknown name is not stored: the
-    names are chosen by whoever publishes.
-    """
-
-    def __init__(self, guard: _Guard) -> None:
-        super().__init__()
-        self._guard = guard
-
-    def __setitem__(self, name: str, strategy: Handler) -> None:
-        super().__setitem__(name, self._guard.wrap(strategy))
-
-    def __getitem__(self, name: Any) -> Handler:
-        # a task header of another type (a list: unhashable) raised before __missing__
-        if not isinstance(name, str):
-            return self._guard.malformed("its task header is not a name")
-        return super().__getitem__(name)
-
-    def __missing__(self, name: str) -> Handler:
-        return self._guard.unknown(name)
-
-
 class MessageGuard(bootsteps.Step):  # type: ignore[misc]
-    """Installs :class:`GuardedStrategies` on the consumer before it starts consuming."""
+    """Gives the consumer its guard before it starts consuming (see the module docstring)."""
 
     name = "toolexec.message_guard"
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
-        guard = _Guard(parent)
-        parent.strategies = GuardedStrategies(guard)
-        # what Celery hands its own report of a message it cannot read (which logs the
-        # body): toolexec.consumer.Consumer refuses it through the guard instead
-        parent.toolexec_refuse = guard.refuse
+        # read by toolexec.consumer.Consumer, which puts it in front of Celery's handler
+        parent.toolexec_guard = _Guard(parent)
