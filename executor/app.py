@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 
-from toolexec import transport_patch
 from toolexec.connection import celery_url, is_cluster, redis_url
 from toolexec.settings import Settings
 
@@ -81,7 +80,6 @@ def celery_config(settings: Settings) -> dict[str, Any]:
 
 def create_app(settings: Settings | None = None, name: str = "toolexec") -> Celery:
     """A Celery app for ``settings``; configured lazily when ``settings`` is None."""
-    transport_patch.install()  # a worker must survive Redis flapping (see the module)
     celery_app = Celery(name, set_as_current=False)
     # imports celery.worker: not at module level
     from toolexec.consumer import LivenessBeat, OrphanWatchStep
@@ -100,6 +98,26 @@ def create_app(settings: Settings | None = None, name: str = "toolexec") -> Cele
 
     celery_app.on_configure.connect(configure, weak=False)
     return celery_app
+
+
+def _as_worker(sender: Any = None, instance: Any = None, conf: Any = None, **_: Any) -> None:
+    """A worker of a toolexec app starts: check kombu's and Celery's versions, pick the transport.
+
+    Only here, in the worker, is toolexec's Redis transport selected
+    (:mod:`toolexec.transport`); every other process that builds the app (an
+    agent calling tools) runs kombu as kombu ships it.
+    """
+    if instance is None or conf is None or not isinstance(conf.get("toolexec_settings"), Settings):
+        return
+    from toolexec import transport
+
+    transport.check_versions()
+    chosen = transport.transport_for(str(conf.broker_url or ""))
+    if chosen is not None:
+        conf.broker_transport = chosen
+
+
+signals.celeryd_init.connect(_as_worker, weak=False)
 
 
 def settings_of(celery_app: Celery) -> Settings:

@@ -67,6 +67,40 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]
         )
         return super().ensure_connected(conn)
 
+    def create_task_handler(self, *args: Any, **kwargs: Any) -> Any:
+        """Celery's handler of every task message, behind the message guard when there is one.
+
+        The guard (``toolexec.tasks.message_guard``) refuses malformed messages,
+        hands back unknown tasks and bounds scheduled ones before Celery reads them.
+        """
+        handler = super().create_task_handler(*args, **kwargs)
+        guard = getattr(self, "toolexec_guard", None)
+        return handler if guard is None else guard.guarding(handler, self.strategies)
+
+    def _refused(self, message: Any, reason: str) -> bool:
+        guard = getattr(self, "toolexec_guard", None)
+        if guard is not None:
+            guard.refuse(message, reason)
+        return guard is not None
+
+    def on_unknown_message(self, body: Any, message: Any) -> None:
+        """A message with no task header: refused by the guard (Celery's report logs its body)."""
+        if not self._refused(message, "it names no task"):
+            super().on_unknown_message(body, message)
+
+    def on_unknown_task(self, body: Any, message: Any, exc: BaseException) -> None:
+        if not self._refused(message, "it names a task this worker does not have"):
+            super().on_unknown_task(body, message, exc)
+
+    def on_invalid_task(self, body: Any, message: Any, exc: BaseException) -> None:
+        if not self._refused(message, f"Celery could not read it ({type(exc).__name__})"):
+            super().on_invalid_task(body, message, exc)
+
+    def on_decode_error(self, message: Any, exc: BaseException) -> None:
+        """A message kombu could not decode: refused by the guard (Celery logs its body)."""
+        if not self._refused(message, f"its body cannot be decoded ({type(exc).__name__})"):
+            super().on_decode_error(message, exc)
+
 
 @dataclass(frozen=True)
 class Beat:

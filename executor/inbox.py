@@ -11,7 +11,7 @@ tests lost one call in about fourteen worker kills that way, after
 
 Here, when a channel consumes exactly one list, its wait is ``BLMOVE queue
 inbox``: the message is never out of Redis. The append that records it
-(:mod:`toolexec.transport_patch`) removes it from the inbox in the same
+(:class:`toolexec.transport.QoS`) removes it from the inbox in the same
 MULTI/EXEC, so a message is always in the queue, the inbox, or kombu's unacked
 record, and the orphan watch moves a dead consumer's inbox back to its queue.
 
@@ -21,11 +21,20 @@ lists), a broker with a ``global_keyprefix`` (kombu's prefixing client does not
 know ``BLMOVE``), a server older than Redis 6.2, or a process without an orphan
 watch (nobody would empty its inbox). toolexec sets ``priority_steps`` to one
 step (:mod:`toolexec.app`) so that a queue is one list.
+
+Both waits end in the same read, which checks what Redis handed over before
+kombu sees it: bytes that are not a JSON envelope, or an envelope of a shape
+kombu's channel would raise on (``{}``, a list ``delivery_tag``, an unknown
+``body_encoding``, ...), stopped the consumer with the message back at the
+head of its queue, so every worker that took it stopped too. Such an item is
+refused (:func:`set_refusal_sink`: dead-lettered with a reason, logged once by
+queue and short hash, never its body) and never goes back to the queue.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
+import logging
 import threading
 from collections.abc import Callable
 from queue import Empty
@@ -36,8 +45,18 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
 from toolexec import orphans
+from toolexec.logs import oneline
+from toolexec.poison import envelope_problem, short_hash
 
-__all__ = ["install", "take_pending"]
+__all__ = ["Refusal", "read", "set_refusal_sink", "start", "take_pending"]
+
+log = logging.getLogger("toolexec.worker")
+
+#: What records a refused item (queue, raw item, reason, headers if any); set by the
+#: worker's message guard, which writes dead letters where the other refusals go.
+Refusal = Callable[[str, bytes, str, Any], None]
+
+_sink: list[Refusal] = []
 
 _SERVER_OK = "_toolexec_blmove_ok"
 _TAKING = "_toolexec_taking"
@@ -48,10 +67,9 @@ _TAKING = "_toolexec_taking"
 _taken = threading.local()
 
 
-def install(channel_class: Any) -> None:
-    """Patch the wait and the read of ``channel_class`` (kombu's Redis channel)."""
-    setattr(channel_class, "_brpop_start", _moving_start(channel_class._brpop_start))  # noqa: B010
-    setattr(channel_class, "_brpop_read", _moving_read(channel_class._brpop_read))  # noqa: B010
+def set_refusal_sink(sink: Refusal | None) -> None:
+    """Where refused items are recorded from now on (None: only logged)."""
+    _sink[:] = [] if sink is None else [sink]
 
 
 def take_pending() -> tuple[str, bytes] | None:
@@ -83,60 +101,125 @@ def _server_moves(channel: Any) -> bool:
     return bool(known)
 
 
-def _moving_start(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def start(self: Any, timeout: Any = None) -> Any:
-        queue = _single_list(self)
-        inbox = None if queue is None else orphans.inbox_key(queue)
-        if queue is None or inbox is None:
-            self.__dict__[_TAKING] = None
-            return original(self, timeout)
-        orphans.announce_inbox(self.client, queue)
-        self.__dict__[_TAKING] = (queue, inbox)
-        wait = self.brpop_timeout if timeout is None else timeout
-        self._in_poll = self.client.connection
-        self._brpop_sent_at = monotonic()
-        self.client.connection.send_command("BLMOVE", queue, inbox, "RIGHT", "LEFT", wait or 0)
-        return None
-
-    return start
+def start(channel: Any, timeout: Any, brpop_start: Callable[[Any], Any]) -> None:
+    """Send the channel's wait: ``BLMOVE`` into its inbox when it can, else kombu's ``BRPOP``."""
+    queue = _single_list(channel)
+    inbox = None if queue is None else orphans.inbox_key(queue)
+    if queue is None or inbox is None:
+        channel.__dict__[_TAKING] = None
+        brpop_start(timeout)
+        return
+    orphans.announce_inbox(channel.client, queue)
+    channel.__dict__[_TAKING] = (queue, inbox)
+    wait = channel.brpop_timeout if timeout is None else timeout
+    channel._in_poll = channel.client.connection
+    channel._brpop_sent_at = monotonic()
+    channel.client.connection.send_command("BLMOVE", queue, inbox, "RIGHT", "LEFT", wait or 0)
 
 
-def _moving_read(original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def read(self: Any, **options: Any) -> Any:
-        taking = self.__dict__.get(_TAKING)
-        if taking is None:
-            return original(self, **options)
-        queue, inbox = taking
-        try:
-            try:
-                item = self.client.parse_response(self.client.connection, "BLMOVE", **options)
-            except self.connection_errors:
-                self.client.connection.disconnect()  # as kombu does: reconnect next round
-                raise
-            if item is None:
-                raise Empty()
-            self._queue_cycle.rotate(queue)
-            _deliver(self, queue, inbox, item)
-            return True
-        finally:
-            self._in_poll = None
-            flush = getattr(self, "_flush_brpop_reauth", None)
-            if flush is not None:
-                flush()
+def read(channel: Any, options: dict[str, Any]) -> bool:
+    """kombu's read of a ``BRPOP`` or ``BLMOVE`` reply, with the item checked before delivery.
 
-    return read
-
-
-def _deliver(channel: Any, queue: str, inbox: str, item: bytes) -> None:
-    _taken.item = (inbox, item)
+    It stands for kombu's ``_brpop_read`` whole: the parse, the rotation and the
+    re-auth flush are kombu's steps (pinned by ``tests/unit/test_kombu_contract.py``).
+    """
+    taking = channel.__dict__.get(_TAKING)
     try:
-        channel.connection._deliver(loads(bytes_to_str(item)), queue)  # type: ignore[no-untyped-call]
+        reply = _parse(channel, "BRPOP" if taking is None else "BLMOVE", options)
+        if not reply:
+            raise Empty()
+        if taking is None:
+            dest, item = reply
+            name = bytes_to_str(dest)  # type: ignore[no-untyped-call]
+            queue, inbox = name.rsplit(channel.sep, 1)[0], None
+        else:
+            (queue, inbox), item = taking, reply
+        channel._queue_cycle.rotate(queue)
+        _deliver(channel, queue, inbox, item)
+        return True
     finally:
-        if take_pending() is not None:
-            # never recorded (kombu found no consumer for it): back where it was
-            pipe = channel.client.pipeline()
-            pipe.lrem(inbox, 1, item)
-            pipe.rpush(queue, item)
-            pipe.execute()
+        channel._in_poll = None
+        channel._flush_brpop_reauth()
+
+
+def _parse(channel: Any, command: str, options: dict[str, Any]) -> Any:
+    try:
+        return channel.client.parse_response(channel.client.connection, command, **options)
+    except channel.connection_errors:
+        channel.client.connection.disconnect()  # as kombu does: reconnect next round
+        raise
+
+
+def _decode(item: bytes) -> tuple[Any, str | None]:
+    """The envelope in ``item`` and why it cannot be delivered (None: it can)."""
+    try:
+        payload = loads(bytes_to_str(item))  # type: ignore[no-untyped-call]
+    except RecursionError:
+        return None, "it is nested too deeply to decode"
+    except Exception as exc:  # whatever kombu's decoder raises on foreign bytes
+        return None, f"it is not a JSON envelope ({type(exc).__name__})"
+    return payload, envelope_problem(payload)
+
+
+def _deliver(channel: Any, queue: str, inbox: str | None, item: bytes) -> None:
+    payload, problem = _decode(item)
+    if problem is not None:
+        _refuse(channel, queue, inbox, item, problem, payload)
+        return
+    _taken.item = None if inbox is None else (inbox, item)
+    try:
+        channel.connection._deliver(payload, queue)
+    except channel.connection_errors:
+        _put_back(channel, queue)  # a good message that met an outage: where it was
+        raise
+    except Exception as exc:  # the envelope passed, yet kombu or Celery could not take it
+        pending = take_pending()
+        if pending is None:  # recorded as unacknowledged (or taken by BRPOP): drop the record
+            _reject(channel, payload)
+        _refuse(channel, queue, None if pending is None else inbox, item, _failed(exc), payload)
+    else:
+        _put_back(channel, queue)
+
+
+def _put_back(channel: Any, queue: str) -> None:
+    """A message moved into the inbox but never recorded (no consumer took it): back."""
+    pending = take_pending()
+    if pending is None:
+        return
+    inbox, item = pending
+    pipe = channel.client.pipeline()
+    pipe.lrem(inbox, 1, item)
+    pipe.rpush(queue, item)
+    pipe.execute()
+
+
+def _failed(exc: BaseException) -> str:
+    return f"the worker could not take it ({type(exc).__name__})"
+
+
+def _reject(channel: Any, payload: Any) -> None:
+    """Drop a recorded message from kombu's unacked record, without requeueing it."""
+    with contextlib.suppress(Exception):
+        channel.qos.reject(payload["properties"]["delivery_tag"], requeue=False)
+
+
+def _refuse(
+    channel: Any, queue: str, inbox: str | None, item: bytes, reason: str, payload: Any
+) -> None:
+    """Log once, dead-letter, and take the item out of this consumer's inbox for good."""
+    headers = payload.get("headers") if isinstance(payload, dict) else None
+    task_id = headers.get("id") if isinstance(headers, dict) else None
+    log.error(
+        "refused broker message queue=%s sha256=%s id=%s: %s; dead-lettered (body not logged)",
+        oneline(queue),
+        short_hash(item),
+        oneline(task_id),
+        reason,
+    )
+    for sink in _sink:
+        try:
+            sink(queue, item, reason, headers)
+        except Exception as exc:  # the refusal itself must still happen
+            log.warning("could not record a dead letter: %s", type(exc).__name__)
+    if inbox is not None:
+        channel.client.lrem(inbox, 1, item)

@@ -62,6 +62,15 @@ class Keys:
         """
         return f"{self.prefix}:{{fleet}}:workers"
 
+    def scheduled(self) -> str:
+        """Hash: worker hostname -> JSON ``{"held": n, "max": m}``, its messages with a future eta.
+
+        Written with every heartbeat, for ``toolexec status``; a worker removes its
+        field when it leaves. TTL :data:`WORKER_FORGET_S`, refreshed by each beat:
+        once every worker is gone for that long, nobody needs the counts.
+        """
+        return f"{self.prefix}:{{fleet}}:scheduled"
+
     def queue_workers(self, queue: str) -> str:
         """Sorted set: the workers consuming ``queue``, scored by their last heartbeat.
 

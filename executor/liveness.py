@@ -10,6 +10,7 @@ missing three beats (:data:`ALIVE_WINDOW_S`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 
 import redis
@@ -28,6 +29,7 @@ __all__ = [
     "leave",
     "no_catalog_info",
     "no_worker_info",
+    "scheduled_counts",
     "serving",
     "workers_alive",
 ]
@@ -41,13 +43,40 @@ HEARTBEAT_S = 2.0
 ALIVE_WINDOW_S = 3 * HEARTBEAT_S
 
 
-def beat(client: redis.Redis, keys: Keys, worker: str, queues: Iterable[str], now: float) -> None:
-    """Note ``worker`` as alive and serving ``queues``, and forget long-silent workers."""
+def beat(
+    client: redis.Redis,
+    keys: Keys,
+    worker: str,
+    queues: Iterable[str],
+    now: float,
+    scheduled: tuple[int, int] | None = None,
+) -> None:
+    """Note ``worker`` as alive and serving ``queues``, and forget long-silent workers.
+
+    ``scheduled`` (held, bound): its messages with a future eta, for ``toolexec status``.
+    """
     pipe = client.pipeline(transaction=False)
     for key in (keys.workers(), *(keys.queue_workers(q) for q in queues)):
         pipe.zadd(key, {worker: now})
         pipe.zremrangebyscore(key, "-inf", now - WORKER_FORGET_S)
+    if scheduled is not None:
+        held, bound = scheduled
+        pipe.hset(keys.scheduled(), worker, json.dumps({"held": held, "max": bound}))
+        pipe.expire(keys.scheduled(), WORKER_FORGET_S)
     pipe.execute()
+
+
+def scheduled_counts(client: redis.Redis, keys: Keys) -> dict[str, dict[str, int]]:
+    """Each worker's last reported (held, bound) of scheduled messages; unreadable ones skipped."""
+    raw: dict[str, str] = client.hgetall(keys.scheduled())  # type: ignore[assignment]
+    found = {}
+    for worker, value in raw.items():
+        try:
+            parsed = json.loads(value)
+            found[str(worker)] = {"held": int(parsed["held"]), "max": int(parsed["max"])}
+        except (ValueError, TypeError, KeyError):
+            continue
+    return found
 
 
 def leave(client: redis.Redis, keys: Keys, worker: str, queues: Iterable[str]) -> None:
@@ -55,6 +84,7 @@ def leave(client: redis.Redis, keys: Keys, worker: str, queues: Iterable[str]) -
     pipe = client.pipeline(transaction=False)
     for key in (keys.workers(), *(keys.queue_workers(q) for q in queues)):
         pipe.zrem(key, worker)
+    pipe.hdel(keys.scheduled(), worker)
     pipe.execute()
 
 

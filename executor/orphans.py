@@ -15,7 +15,7 @@ connection drops. This module gives the Redis transport the same rule:
 
 * each consumer process notes the delivery tags it holds in a set of its own,
   inside the round trip kombu makes anyway to record them
-  (:mod:`toolexec.transport_patch`), and removes them in the acknowledgement's;
+  (:class:`toolexec.transport.QoS`), and removes them in the acknowledgement's;
 * its :class:`OrphanWatch` beats an alive key whose TTL Redis keeps;
 * every worker's watcher restores, with kombu's own restore, the messages of a
   consumer whose alive key is gone, then forgets that consumer.

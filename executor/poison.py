@@ -19,22 +19,30 @@ for ever.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 __all__ = [
     "HANDBACK_HEADER",
     "MAX_HANDBACKS",
+    "MAX_RETRIES_HEADER",
+    "MAX_TIMELIMIT_S",
     "GiveUp",
     "HandBack",
     "call_context",
+    "envelope_problem",
+    "eta_problem",
     "fingerprint",
     "handback_count",
     "message_problem",
+    "short_hash",
     "unknown_task_fate",
 ]
 
@@ -67,6 +75,23 @@ _TOOL_TASK_PREFIX = "tools."
 #: keys: anything longer, or with control characters, is not one of ours.
 _MAX_ID_LENGTH = 200
 
+
+#: Largest ``retries`` header a worker accepts. toolexec's own resends (retries
+#: plus rate-limit deferrals) stay far below it within the longest deadline; a
+#: bigger count only comes from a forged message, and would be reported as the
+#: call's attempts (``retries=10**30`` ran and answered ``attempts=10^30+1``).
+MAX_RETRIES_HEADER = 10_000
+
+#: Largest soft or hard time limit a message may ask for, in seconds (a day):
+#: toolexec's own are a tool's timeout plus a few seconds.
+MAX_TIMELIMIT_S = 86_400
+
+#: An ``eta`` this far past the call's deadline still runs: clocks of client and
+#: worker hosts may differ by a little.
+_ETA_SKEW_S = 1.0
+
+#: The transport's message encodings kombu's Redis channel can decode.
+_BODY_ENCODINGS = (None, "base64")
 
 _RNG = random.Random()
 
@@ -103,8 +128,8 @@ def _headers_problem(headers: Any) -> str | None:
     if not _clean_text(headers.get("task")):
         return "its task name is missing or not printable"
     retries = headers.get("retries", 0)
-    if retries is not None and (type(retries) is not int or retries < 0):
-        return "its retries header is not a count"
+    if retries is not None and (type(retries) is not int or not 0 <= retries <= MAX_RETRIES_HEADER):
+        return f"its retries header is not a count of at most {MAX_RETRIES_HEADER}"
     for name in ("eta", "expires"):
         value = headers.get(name)
         if value is not None and not _clean_text(value, 64):
@@ -119,7 +144,10 @@ def _pair_of_limits(value: Any) -> bool:
     return (
         isinstance(value, list | tuple)
         and len(value) == 2
-        and all(v is None or (_is_number(v) and math.isfinite(v) and v >= 0) for v in value)
+        and all(
+            v is None or (_is_number(v) and math.isfinite(v) and 0 <= v <= MAX_TIMELIMIT_S)
+            for v in value
+        )
     )
 
 
@@ -148,7 +176,115 @@ def message_problem(headers: Any, body: Any) -> str | None:
     tool's own arguments are validated later by its model, with an answer for
     the caller.
     """
-    return _headers_problem(headers) or _body_problem(body)
+    return _headers_problem(headers) or _body_problem(body) or _context_problem(body)
+
+
+def _context_problem(body: Any) -> str | None:
+    """The call context's counts, which become attempt numbers (its times are checked on load)."""
+    context = call_context(body)
+    if context is None:
+        return None
+    for name in ("deferrals", "slot_for"):
+        value = context.get(name)
+        if value is not None and (type(value) is not int or not 0 <= value <= MAX_RETRIES_HEADER):
+            return f"its call context's {name} is not a count of at most {MAX_RETRIES_HEADER}"
+    return None
+
+
+def _parse_eta(value: Any) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def eta_problem(
+    headers: Any, body: Any, now: float, horizon_s: float, scheduled: int, max_scheduled: int
+) -> str | None:
+    """Why a message's ``eta`` cannot be held until it is due, or None.
+
+    A worker keeps a message with an ``eta`` in memory until then, and on Redis
+    the visibility timeout hands it out again meanwhile: 5 000 messages with
+    ``eta=2999-01-01`` grew a worker from 89 to 386 MB. Nothing is worth holding
+    past the call's deadline (its caller has stopped waiting), or past
+    ``horizon_s`` for a message that carries none; and a worker holds at most
+    ``max_scheduled`` of them (``scheduled`` now).
+    """
+    raw = headers.get("eta") if isinstance(headers, Mapping) else None
+    if raw is None:
+        return None
+    eta = _parse_eta(raw)
+    if eta is None:
+        return "its eta header is not an ISO 8601 time"
+    due = eta.timestamp() - now
+    if due <= 0:
+        return None
+    deadline = _deadline(call_context(body))
+    if deadline is not None and eta.timestamp() > deadline + _ETA_SKEW_S:
+        return "its eta lies beyond its call's deadline"
+    if deadline is None and due > horizon_s:
+        return f"its eta lies more than {horizon_s:g} s ahead (the scheduling horizon)"
+    if scheduled >= max_scheduled:
+        return f"this worker already holds {scheduled} scheduled messages, its bound"
+    return None
+
+
+def envelope_problem(payload: Any) -> str | None:
+    """Why a decoded Redis transport envelope cannot be handed to kombu, or None.
+
+    kombu's Redis channel builds its message from these fields without
+    checking them: a ``{}`` raises ``KeyError`` inside the consumer loop, a
+    list ``delivery_tag`` raises in the unacked record, an unknown
+    ``body_encoding`` an ``AttributeError``; each stopped the worker, and the
+    message came back to stop the next one.
+    """
+    if not isinstance(payload, Mapping):
+        return "it is not a transport envelope (a JSON object)"
+    properties = payload.get("properties")
+    if not isinstance(properties, Mapping):
+        return "its properties are not a mapping"
+    problem = _properties_problem(properties)
+    if problem is not None:
+        return problem
+    headers = payload.get("headers")
+    if headers is not None and not isinstance(headers, Mapping):
+        return "its headers are not a mapping"
+    if isinstance(headers, Mapping) and "task" in headers and not _clean_text(headers["task"]):
+        return "its task header is not a printable name"
+    for name in ("content-type", "content-encoding"):
+        if payload.get(name) is not None and not _clean_text(payload[name], 255):
+            return f"its {name} is not a name"
+    return _encoded_body_problem(payload.get("body"), properties.get("body_encoding"))
+
+
+def _properties_problem(properties: Mapping[str, Any]) -> str | None:
+    if not _clean_text(properties.get("delivery_tag")):
+        return "its delivery tag is missing or not a short printable text"
+    info = properties.get("delivery_info")
+    if not isinstance(info, Mapping):
+        return "its delivery_info is not a mapping"
+    if not all(isinstance(info.get(k), str) for k in ("exchange", "routing_key")):
+        return "its delivery_info has no exchange and routing key names"
+    priority = properties.get("priority")
+    if priority is not None and (type(priority) is not int or not 0 <= priority <= 255):
+        return "its priority is not a number from 0 to 255"
+    if properties.get("body_encoding") not in _BODY_ENCODINGS:
+        return "its body_encoding is not one kombu decodes (base64)"
+    return None
+
+
+def _encoded_body_problem(body: Any, encoding: Any) -> str | None:
+    if body is None or body == "":
+        return None
+    if not isinstance(body, str):
+        return "its body is not text"
+    if encoding == "base64":
+        try:  # as leniently as kombu decodes it: only what kombu would fail on
+            base64.b64decode(body.encode())
+        except (binascii.Error, ValueError):
+            return "its body is not base64"
+    return None
 
 
 def handback_count(headers: Any) -> int:
@@ -199,6 +335,11 @@ def unknown_task_fate(
     if deadline is not None and now + delay + _ANSWER_MARGIN_S >= deadline:
         return GiveUp(f"no worker that serves {name!r} took it before its deadline")
     return HandBack(delay=delay, count=handbacks + 1)
+
+
+def short_hash(raw: Any) -> str:
+    """The first 12 hex digits of a body's sha256: for a log line (the dead letter has all 64)."""
+    return str(fingerprint(raw)["sha256"])[:12]
 
 
 def fingerprint(raw: Any) -> dict[str, Any]:

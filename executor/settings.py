@@ -122,6 +122,20 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(
         default=32, gt=0, description="Slots per worker process (calls in parallel)."
     )
+    worker_max_scheduled: int = Field(
+        default=1_000,
+        gt=0,
+        le=1_000_000,
+        description="Most messages with a future eta (retry backoffs, deferrals) a worker "
+        "holds in memory; more are dead-lettered.",
+    )
+    eta_horizon_s: float = Field(
+        default=900.0,
+        gt=0,
+        le=30 * 86_400,
+        description="Furthest eta a worker accepts for a message without a call deadline, "
+        "in seconds; later ones are dead-lettered (a call's own deadline bounds its eta).",
+    )
     breaker_on_redis_error: Literal["allow", "deny"] = Field(
         default="allow",
         description="What breakers answer while Redis is unreachable: let calls through or refuse.",

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Celery
+from celery.worker import state as worker_state
 
 from toolexec import catalog, liveness
 from toolexec.app import settings_of
@@ -80,9 +81,11 @@ class Heartbeat:
             if self.stop.is_set():
                 return
             self.queues = _queues_of(self.consumer) or self.queues
-            keys = Keys(settings_of(self.celery_app).key_prefix)
+            settings = settings_of(self.celery_app)
+            keys = Keys(settings.key_prefix)
             client = runtime_of(self.celery_app).redis
-            liveness.beat(client, keys, self.worker, self.queues, SystemClock().now())
+            held = (len(worker_state.scheduled_requests), settings.worker_max_scheduled)
+            liveness.beat(client, keys, self.worker, self.queues, SystemClock().now(), held)
             if with_catalog:
                 publish_catalog(self.celery_app, self.worker, self.queues)
 

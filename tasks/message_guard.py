@@ -1,8 +1,9 @@
-"""A consumer bootstep that stands between the broker and Celery's task handlers.
+"""The message guard: it stands between the broker and Celery's task handlers.
 
-Celery's consumer looks each message's task up in ``consumer.strategies`` and
-calls the handler found there. This step replaces that dict with one that
-wraps every handler, so that:
+Celery's consumer builds one function that receives every task message
+(``Consumer.create_task_handler``). toolexec's consumer
+(:class:`toolexec.consumer.Consumer`) hands that function to the guard this
+bootstep creates, and the guard sees each message first, so that:
 
 * a malformed message (``toolexec.poison.message_problem``, or anything
   Celery's handler raises while parsing it) is refused: logged once with its
@@ -16,8 +17,15 @@ wraps every handler, so that:
   whole body at ERROR, drop it and write a ``celery-task-meta-*`` key for an
   id anyone can choose.
 
+It also refuses a message whose ``eta`` lies beyond its call's deadline (or
+beyond ``eta_horizon_s`` without one), and any with an ``eta`` once the worker
+holds ``worker_max_scheduled`` of them (``toolexec.poison.eta_problem``); and it
+is where the Redis transport's refusals of items that are no envelope at all
+(:mod:`toolexec.inbox`) are dead-lettered.
+
 It is the narrowest seam Celery offers that sees every message before its
-handler does, for every task (tools, the fallback task and Celery's own).
+handler does, for every task (tools, the fallback task and Celery's own), and
+it needs no change to Celery's ``strategies`` dict.
 """
 
 from __future__ import annotations
@@ -32,8 +40,10 @@ from typing import Any
 import redis
 from celery import bootsteps
 from celery.exceptions import InvalidTaskError
+from celery.worker import state as worker_state
 from kombu.exceptions import ContentDisallowed, DecodeError
 
+from toolexec import inbox
 from toolexec.app import settings_of
 from toolexec.connection import fail_fast_client, redis_url
 from toolexec.context import CallContext
@@ -46,16 +56,18 @@ from toolexec.poison import (
     MAX_HANDBACKS,
     GiveUp,
     call_context,
+    eta_problem,
     fingerprint,
     handback_count,
     message_problem,
+    short_hash,
     unknown_task_fate,
 )
 from toolexec.replies import deliver
 from toolexec.results import ErrorInfo
 from toolexec.tasks.stale import StaleMessages
 
-__all__ = ["GuardedStrategies", "MessageGuard"]
+__all__ = ["MessageGuard"]
 
 log = logging.getLogger("toolexec.worker")
 
@@ -85,37 +97,60 @@ class _Guard:
         self._url = redis_url(settings)
         self._redis: redis.Redis | None = None
         self._stale = StaleMessages(consumer)
+        self._horizon_s = settings.eta_horizon_s
+        self._max_scheduled = settings.worker_max_scheduled
+        inbox.set_refusal_sink(self.dead_letter_raw)
 
     def _client(self) -> redis.Redis:
         if self._redis is None:
             self._redis = fail_fast_client(self._url)
         return self._redis
 
-    def wrap(self, strategy: Handler) -> Handler:
-        def guarded(message: Any, body: Any, *args: Any, **kwargs: Any) -> Any:
-            problem = _problem(message, body)
+    def guarding(self, handler: Handler, known: Mapping[str, Any]) -> Handler:
+        """Celery's ``on_task_received`` behind the guard; ``known``: Celery's task strategies."""
+
+        def on_task_received(message: Any) -> Any:
+            headers = message.headers
+            name = headers.get("task") if isinstance(headers, Mapping) else None
+            problem = _problem(message) if isinstance(name, str) else "its task header is no name"
             if problem is not None:
                 self.refuse(message, problem)
                 return None
-            if self._stale.dropped(message, _payload(message)):
+            if name not in known:
+                self.on_unknown(str(name), message)
+                return None
+            if self._stale.dropped(message, _payload(message)) or self._refused_for_eta(message):
                 return None
             try:
-                return strategy(message, body, *args, **kwargs)
+                return handler(message)
             except _PARSE_ERRORS as exc:
                 self.refuse(message, f"Celery could not read it ({type(exc).__name__})")
                 return None
 
-        return guarded
+        return on_task_received
 
-    def unknown(self, name: str) -> Handler:
-        def unregistered(message: Any, body: Any, *args: Any, **kwargs: Any) -> None:
-            problem = _problem(message, body)  # malformed is refused at once, known or not
-            if problem is not None:
-                self.refuse(message, problem)
-                return
-            self.on_unknown(name, message)
+    def _refused_for_eta(self, message: Any) -> bool:
+        """Refuse (and answer its caller) a message whose eta the worker cannot hold."""
+        problem = self._eta_problem(message)
+        if problem is not None:
+            self.refuse(message, problem)
+            self._answer(
+                call_context(_payload(message)),
+                problem,
+                "Call again without a delay beyond the call's timeout, or later.",
+            )
+        return problem is not None
 
-        return unregistered
+    def _eta_problem(self, message: Any) -> str | None:
+        scheduled = len(worker_state.scheduled_requests)
+        return eta_problem(
+            message.headers,
+            _payload(message),
+            time.time(),
+            self._horizon_s,
+            scheduled,
+            self._max_scheduled,
+        )
 
     def on_unknown(self, name: str, message: Any) -> None:
         headers = message.headers if isinstance(message.headers, Mapping) else {}
@@ -166,10 +201,14 @@ class _Guard:
         """Log once (id, task, reason; never the body), dead-letter, reject."""
         headers = message.headers if isinstance(message.headers, Mapping) else {}
         task_id, task = oneline(headers.get("id")), oneline(headers.get("task"))
+        info = message.delivery_info if isinstance(message.delivery_info, Mapping) else {}
         log.error(
-            "refused task message id=%s task=%s: %s; dead-lettered (body not logged)",
+            "refused task message id=%s task=%s queue=%s sha256=%s: %s; dead-lettered "
+            "(body not logged)",
             task_id,
             task,
+            oneline(info.get("routing_key")),
+            short_hash(message.body),
             oneline(reason),
         )
         self._dead_letter(message, task_id, task, reason)
@@ -177,16 +216,35 @@ class _Guard:
             message.reject_log_error(log, self._consumer.connection_errors, requeue=False)
 
     def _dead_letter(self, message: Any, task_id: str, task: str, reason: str) -> None:
-        info = message.delivery_info or {}
-        entry = {
-            "id": task_id,
-            "task": task,
-            "queue": oneline(info.get("routing_key")),
-            "reason": reason,
-            "at": time.time(),
-            "content_type": oneline(message.content_type),
-            **fingerprint(message.body),
-        }
+        info = message.delivery_info if isinstance(message.delivery_info, Mapping) else {}
+        self._record(
+            {
+                "id": task_id,
+                "task": task,
+                "queue": oneline(info.get("routing_key")),
+                "reason": reason,
+                "at": time.time(),
+                "content_type": oneline(message.content_type),
+                **fingerprint(message.body),
+            }
+        )
+
+    def dead_letter_raw(self, queue: str, item: bytes, reason: str, headers: Any) -> None:
+        """Record an item the transport refused before it became a message (toolexec.inbox)."""
+        found = headers if isinstance(headers, Mapping) else {}
+        self._record(
+            {
+                "id": oneline(found.get("id")),
+                "task": oneline(found.get("task")),
+                "queue": oneline(queue),
+                "reason": reason,
+                "at": time.time(),
+                "content_type": "",
+                **fingerprint(item),
+            }
+        )
+
+    def _record(self, entry: dict[str, Any]) -> None:
         key = self._keys.deadletter()
         try:
             pipe = self._client().pipeline(transaction=False)
@@ -197,7 +255,12 @@ class _Guard:
         except redis.RedisError as exc:  # the refusal itself must still happen
             log.warning("could not record a dead letter: %s", type(exc).__name__)
 
-    def _answer(self, context: Mapping[str, Any] | None, reason: str) -> None:
+    def _answer(
+        self,
+        context: Mapping[str, Any] | None,
+        reason: str,
+        suggestion: str = "The tool is being deployed or no longer served; try again later.",
+    ) -> None:
         """Tell a waiting caller that no worker took the call, rather than let it time out."""
         if context is None:
             return
@@ -208,7 +271,7 @@ class _Guard:
                 type=ErrorType.UNAVAILABLE,
                 message=f"no worker that runs the tool {ctx.tool!r} took the call ({reason}).",
                 retryable=True,
-                suggestion="The tool is being deployed or no longer served; try again later.",
+                suggestion=suggestion,
             )
             result = error_result(ctx, info, attempts=0, now=now)
             deliver(self._client(), self._keys, ctx.reply_to, result, ctx.deadline - now)
@@ -223,9 +286,7 @@ def _payload(message: Any) -> Any:
         return None
 
 
-def _problem(message: Any, body: Any) -> str | None:
-    if body is not None:  # the consumer decodes only protocol-1 bodies itself
-        return "protocol 1 messages are not accepted"
+def _problem(message: Any) -> str | None:
     try:
         payload = message.payload
     except ContentDisallowed as exc:
@@ -235,31 +296,12 @@ def _problem(message: Any, body: Any) -> str | None:
     return message_problem(message.headers, payload)
 
 
-class GuardedStrategies(dict[str, Handler]):
-    """``consumer.strategies`` whose handlers refuse poison and hand back unknown tasks.
-
-    Celery fills it through ``update_strategies`` (``__setitem__``) and reads
-    it with ``strategies[name]``, which lands in ``__missing__`` for a task
-    this worker lacks. The answer for an unknown name is not stored: the
-    names are chosen by whoever publishes.
-    """
-
-    def __init__(self, guard: _Guard) -> None:
-        super().__init__()
-        self._guard = guard
-
-    def __setitem__(self, name: str, strategy: Handler) -> None:
-        super().__setitem__(name, self._guard.wrap(strategy))
-
-    def __missing__(self, name: str) -> Handler:
-        return self._guard.unknown(name)
-
-
 class MessageGuard(bootsteps.Step):  # type: ignore[misc]
-    """Installs :class:`GuardedStrategies` on the consumer before it starts consuming."""
+    """Gives the consumer its guard before it starts consuming (see the module docstring)."""
 
     name = "toolexec.message_guard"
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
-        parent.strategies = GuardedStrategies(_Guard(parent))
+        # read by toolexec.consumer.Consumer, which puts it in front of Celery's handler
+        parent.toolexec_guard = _Guard(parent)

@@ -23,7 +23,7 @@ from toolexec import catalog as catalog_mod
 from toolexec.breaker import CircuitBreaker
 from toolexec.connection import redact_url, redis_client, redis_url, unavailable
 from toolexec.keys import Keys
-from toolexec.liveness import workers_alive
+from toolexec.liveness import scheduled_counts, workers_alive
 from toolexec.ops.cli_support import reported
 from toolexec.settings import Settings
 from toolexec.stats import CallStats
@@ -96,11 +96,13 @@ def _workers(client: redis.Redis, keys: Keys, now: float, pinged: set[str] | Non
     names = dict(workers_alive(client, keys, now))
     for name in pinged or ():
         names.setdefault(name, float("nan"))
+    scheduled = scheduled_counts(client, keys)
     return [
         {
             "name": name,
             "heartbeat_age_s": None if at != at else round(max(0.0, now - at), 1),
             "answered_ping": None if pinged is None else name in pinged,
+            "scheduled": scheduled.get(name),
         }
         for name, at in sorted(names.items())
     ]
@@ -192,10 +194,16 @@ def _workers_section(view: dict[str, Any]) -> list[Any]:
             w["name"],
             "-" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']} s ago",
             ping[w["answered_ping"]],
+            _held(w.get("scheduled")),
         )
         for w in view["workers"]
     ]
-    return _section("Workers", ["WORKER", "LAST HEARTBEAT", "PING"], rows)
+    return _section("Workers", ["WORKER", "LAST HEARTBEAT", "PING", "SCHEDULED"], rows)
+
+
+def _held(scheduled: dict[str, int] | None) -> str:
+    """Messages with a future eta the worker holds, of its bound (``worker_max_scheduled``)."""
+    return "-" if not scheduled else f"{scheduled['held']}/{scheduled['max']}"
 
 
 def _breakers_section(view: dict[str, Any]) -> list[Any]:

@@ -105,6 +105,7 @@ def deployment(
     tools: str = "security_tools",
     extra_env: dict[str, str] | None = None,
     pool: str = "threads",
+    extra_queue: str | None = None,
 ) -> Iterator[Deployment]:
     """A worker of ``tools`` on its own prefix and queue (and broker, when given)."""
     tag = uuid.uuid4().hex[:8]
@@ -125,6 +126,8 @@ def deployment(
     if settings.broker_url:
         env["TOOLEXEC_BROKER_URL"] = settings.broker_url
     queue = settings.default_queue
+    if extra_queue is not None:  # two queues: kombu waits with BRPOP, not toolexec.inbox's move
+        queue = f"{queue},{queue}-{extra_queue}"
     proc = WorkerProcess(tools, env, queues=queue, concurrency=4, log_path=log_path, pool=pool)
     proc.start(settings.redis_url or "", settings.key_prefix)
     try:
