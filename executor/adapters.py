@@ -298,7 +298,9 @@ def run_round(
     work = _prepare(client, tool_calls, format, guard, timeout)
     try:
         got = (
-            client.call_many(work.pairs(), run_id=run_id, timeout=work.timeout) if work.todo else []
+            client.call_many(work.pairs(), run_id=run_id, timeout=work.timeout, guard=False)
+            if work.todo
+            else []
         )
     except InfrastructureError:
         _abandon(guard, work)
@@ -319,7 +321,9 @@ async def arun_round(
     work = await asyncio.to_thread(_prepare, client, tool_calls, format, guard, timeout)
     try:
         got = (
-            await client.acall_many(work.pairs(), run_id=run_id, timeout=work.timeout)
+            await client.acall_many(
+                work.pairs(), run_id=run_id, timeout=work.timeout, guard=False
+            )
             if work.todo
             else []
         )
