@@ -372,6 +372,7 @@ class ToolClient:
         budget: RunBudget | None = None,
         timeout: float | None = None,
         guard: RunGuard | None = None,
+        strict: bool = False,
     ) -> list[dict[str, Any]]:
         """Run a model response's tool calls in parallel; the replies, in the calls' order.
 
@@ -382,10 +383,14 @@ class ToolClient:
         failures in Redis and answers loops with a nudge, then
         ``tool_disabled``, then ``run_aborted``; a spent budget answers
         ``run_budget_exhausted``. Without either, the calls just run.
+        ``strict=True`` when the model was given ``tool_definitions(strict=True)``:
+        its arguments are turned back into the catalog's shape (``toolexec.strict``).
         """
         run_id = checked_id(run_id, "run_id")
         guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
-        return run_round(self, tool_calls, format=format, guard=guard, timeout=timeout).messages
+        return run_round(
+            self, tool_calls, format=format, guard=guard, timeout=timeout, strict=strict
+        ).messages
 
     async def arun_tool_calls(
         self,
@@ -396,11 +401,14 @@ class ToolClient:
         budget: RunBudget | None = None,
         timeout: float | None = None,
         guard: RunGuard | None = None,
+        strict: bool = False,
     ) -> list[dict[str, Any]]:
         """The asyncio form of :meth:`run_tool_calls`."""
         run_id = checked_id(run_id, "run_id")
         guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
-        outcome = await arun_round(self, tool_calls, format=format, guard=guard, timeout=timeout)
+        outcome = await arun_round(
+            self, tool_calls, format=format, guard=guard, timeout=timeout, strict=strict
+        )
         return outcome.messages
 
     # -- large results (toolexec.payloads) -----------------------------------

@@ -376,3 +376,20 @@ def test_the_examples_run_offline_and_the_model_reads_the_retried_answer(
     body = json.loads(said.removeprefix("The tool said: "))
     assert body["status"] == "ok"
     assert body["data"]["city"] == "Oslo" and body["data"]["conditions"] == "light rain"
+
+
+def test_run_tool_calls_turns_strict_mode_arguments_back(
+    client: ToolClient, flaky: FlakyServer
+) -> None:
+    """A model given tool_definitions(strict=True) sends null for "not given"."""
+    url = flaky.script(flaky.unique_path("strict-args"), Reply(200))
+    definitions = client.tool_definitions("openai", strict=True)
+    record = next(d["function"] for d in definitions if d["function"]["name"] == "record")
+    assert record["strict"] is True
+    assert sorted(record["parameters"]["required"]) == ["count", "unit", "url"]
+    arguments = json.dumps({"url": url, "count": 2, "unit": None})
+    call = {"id": "c1", "type": "function", "function": {"name": "record", "arguments": arguments}}
+    as_sent = json.loads(client.run_tool_calls([call])[0]["content"])
+    assert as_sent["error"]["type"] == "invalid_arguments"  # null is no unit
+    turned_back = json.loads(client.run_tool_calls([call], strict=True)[0]["content"])
+    assert turned_back == {"status": "ok", "data": {"count": 2, "unit": "c"}}
