@@ -298,6 +298,7 @@ def local_stack(tools: str = "toolexec.tasks.demo_tools") -> Iterator[LocalStack
     serves the demo tools (``get_weather``, ``query_order``): ``/weather/Oslo``
     answers 503 once, then 200, so a call shows a retry.
     """
+    import shutil
     import tempfile
 
     from toolexec.embedded import ensure_embedded, stop_embedded
@@ -331,3 +332,4 @@ def local_stack(tools: str = "toolexec.tasks.demo_tools") -> Iterator[LocalStack
         service.stop()
         if embedded is not None and embedded.started_here:
             stop_embedded(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)  # the worker's and Valkey's files
