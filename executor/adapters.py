@@ -17,13 +17,14 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from toolexec.bounds import checked_timeout, depth_problem
 from toolexec.errors import ErrorType, InfrastructureError, UsageError
 from toolexec.guard import GuardedResult, RoundPlan, Ruling, RunGuard
 from toolexec.results import ErrorInfo, ToolResult
+from toolexec.strict import from_strict
 
 if TYPE_CHECKING:
     from toolexec.client import ToolClient
@@ -228,15 +229,29 @@ class _Work:
         return [(self.calls[i].tool, self.calls[i].arguments) for i in self.todo]
 
 
+def _from_strict(client: ToolClient, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
+    """Arguments a model sent under strict-mode definitions, in the catalog's shape again."""
+    catalog = client.catalog()
+    return tuple(
+        replace(c, arguments=from_strict(c.arguments, catalog[c.tool]["parameters"]))
+        if c.problem is None and c.tool in catalog
+        else c
+        for c in calls
+    )
+
+
 def _prepare(
     client: ToolClient,
     tool_calls: Any,
     format: Format,
     guard: RunGuard | None,
     timeout: float | None,
+    strict: bool = False,
 ) -> _Work:
     timeout = checked_timeout(timeout)  # before the guard writes anything
     calls = tuple(parse_tool_calls(tool_calls, format))
+    if strict:
+        calls = _from_strict(client, calls)
     if guard is None or not calls:
         return _Work(calls, None, [i for i, c in enumerate(calls) if c.problem is None], timeout)
     plan = guard.begin_round(
@@ -288,17 +303,22 @@ def run_round(
     format: Format = "openai",
     guard: RunGuard | None = None,
     timeout: float | None = None,
+    strict: bool = False,
 ) -> Round:
     """Run one model response's tool calls in parallel under ``guard``.
 
     Without a guard the calls simply run; with one, the run's remaining wall
-    time bounds ``timeout``, and refused calls never reach a worker.
+    time bounds ``timeout``, and refused calls never reach a worker. ``strict``:
+    the model was given strict-mode definitions (``tool_definitions(strict=True)``),
+    so its arguments are turned back into the catalog's shape first.
     """
     run_id = guard.run_id if guard else None
-    work = _prepare(client, tool_calls, format, guard, timeout)
+    work = _prepare(client, tool_calls, format, guard, timeout, strict)
     try:
         got = (
-            client.call_many(work.pairs(), run_id=run_id, timeout=work.timeout) if work.todo else []
+            client.call_many(work.pairs(), run_id=run_id, timeout=work.timeout, guard=False)
+            if work.todo
+            else []
         )
     except InfrastructureError:
         _abandon(guard, work)
@@ -313,13 +333,16 @@ async def arun_round(
     format: Format = "openai",
     guard: RunGuard | None = None,
     timeout: float | None = None,
+    strict: bool = False,
 ) -> Round:
     """The asyncio form of :func:`run_round`; Redis round trips go to a thread."""
     run_id = guard.run_id if guard else None
-    work = await asyncio.to_thread(_prepare, client, tool_calls, format, guard, timeout)
+    work = await asyncio.to_thread(_prepare, client, tool_calls, format, guard, timeout, strict)
     try:
         got = (
-            await client.acall_many(work.pairs(), run_id=run_id, timeout=work.timeout)
+            await client.acall_many(
+                work.pairs(), run_id=run_id, timeout=work.timeout, guard=False
+            )
             if work.todo
             else []
         )

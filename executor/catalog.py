@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast
 import redis
 
 from toolexec.keys import Keys
+from toolexec.strict import strict_or_none
 
 if TYPE_CHECKING:  # only publish's signature: a client reads the catalog without tool code
     from toolexec.registry import ToolSpec
@@ -21,6 +22,7 @@ __all__ = [
     "Catalog",
     "CatalogEntry",
     "CatalogPolicy",
+    "DefinitionFormat",
     "publish",
     "read",
     "to_definitions",
@@ -99,32 +101,45 @@ def workers_seen(client: redis.Redis, keys: Keys, since: float) -> list[str]:
     return found
 
 
+DefinitionFormat = Literal["openai", "openai-responses", "anthropic"]
+_FORMATS = ("openai", "openai-responses", "anthropic")
+
+
 def to_definitions(
-    catalog: Catalog, fmt: Literal["openai", "anthropic"] = "openai"
+    catalog: Catalog, fmt: DefinitionFormat = "openai", *, strict: bool = False
 ) -> list[dict[str, Any]]:
-    """Tool definitions ready for a chat-completions or Messages API request."""
-    out = []
-    for name in sorted(catalog):
-        entry = catalog[name]
-        if fmt == "openai":
-            out.append(
-                {
-                    "type": "function",
-                    "function": {
-                        "name": name,
-                        "description": entry["description"],
-                        "parameters": entry["parameters"],
-                    },
-                }
-            )
-        elif fmt == "anthropic":
-            out.append(
-                {
-                    "name": name,
-                    "description": entry["description"],
-                    "input_schema": entry["parameters"],
-                }
-            )
-        else:
-            raise ValueError(f"unknown format {fmt!r}; use 'openai' or 'anthropic'")
-    return out
+    """Tool definitions ready for a Chat Completions, Responses or Messages API request.
+
+    ``strict`` asks the OpenAI shapes for strict mode: each schema in its strict form
+    (``toolexec.strict``). A tool whose published schema has none (a worker's remote
+    MCP tool, say) is sent non-strict with its own schema; OpenAI takes a mix. The
+    Responses API treats a tool without ``strict`` as strict, so that shape always says.
+    """
+    if fmt not in _FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(_FORMATS)}")
+    if strict and fmt == "anthropic":
+        raise ValueError("strict applies to the OpenAI shapes; Anthropic's has no strict flag")
+    return [_definition(name, catalog[name], fmt, strict) for name in sorted(catalog)]
+
+
+def _definition(
+    name: str, entry: CatalogEntry, fmt: DefinitionFormat, strict: bool
+) -> dict[str, Any]:
+    if fmt == "anthropic":
+        return {
+            "name": name,
+            "description": entry["description"],
+            "input_schema": entry["parameters"],
+        }
+    converted = strict_or_none(entry["parameters"]) if strict else None
+    parameters, is_strict = (converted, True) if converted else (entry["parameters"], False)
+    function: dict[str, Any] = {
+        "name": name,
+        "description": entry["description"],
+        "parameters": parameters,
+    }
+    if strict or fmt == "openai-responses":
+        function["strict"] = is_strict
+    if fmt == "openai-responses":
+        return {"type": "function", **function}
+    return {"type": "function", "function": function}

@@ -28,6 +28,7 @@ from toolexec.policies import (
     RetryPolicy,
     ToolPolicy,
 )
+from toolexec.strict import StrictSchemaError, strict_schema
 
 __all__ = ["Registry", "ToolSpec", "default_registry", "tool"]
 
@@ -94,6 +95,21 @@ def _returns_schema(func: Callable[..., Any]) -> dict[str, Any] | None:
         return pydantic.TypeAdapter(hint).json_schema()
     except (NameError, TypeError, pydantic.PydanticUserError):
         return None
+
+
+def _check_strict(spec: ToolSpec) -> None:
+    """Refuse a tool OpenAI's strict mode could not be given (the Agents SDK's default).
+
+    Maps and free-form values have strict forms (``toolexec.strict``); what has none
+    would fail only later, in the request of whoever offers the tool to a model.
+    """
+    try:
+        strict_schema(spec.json_schema())
+    except StrictSchemaError as exc:
+        raise ConfigurationError(
+            f"tool {spec.name!r} cannot be offered to a model in OpenAI's strict mode "
+            f"(the OpenAI Agents SDK's default): {exc}"
+        ) from exc
 
 
 def _argument_model(name: str, func: Callable[..., Any]) -> type[pydantic.BaseModel]:
@@ -355,6 +371,7 @@ def tool(
             policy=policy,
             check=_checked_check(tool_name, fn, check, side_effects),
         )
+        _check_strict(spec)
         (default_registry if registry is None else registry).register(spec)
         fn.__toolexec__ = spec  # type: ignore[attr-defined]
         return fn

@@ -169,6 +169,11 @@ class ToolResult(BaseModel):
         description="The tool did not run for this call: this is the outcome of an earlier or "
         "concurrent call with the same idempotency key (toolexec.idempotency).",
     )
+    guard: dict[str, Any] | None = Field(
+        default=None,
+        description="The run guard's nudge on this call (a hint and the previous result of "
+        "the same call), when it made one; the model reads it with the result.",
+    )
 
     @property
     def ok(self) -> bool:
@@ -196,6 +201,12 @@ class ToolResult(BaseModel):
 
     def for_model(self) -> dict[str, Any]:
         """The part of the result a model needs; bookkeeping such as ids stays out."""
+        body = self._for_model()
+        if self.guard:
+            body["guard"] = self.guard
+        return body
+
+    def _for_model(self) -> dict[str, Any]:
         if self.status == "ok" and not self.degraded:
             ok: dict[str, Any] = {"status": "ok", "data": self.data}
             return {**ok, "replayed": True} if self.replayed else ok

@@ -285,8 +285,8 @@ class Settings(BaseSettings):
     )
     mcp_guard: bool = Field(
         default=True,
-        description="Run `toolexec mcp` calls under the run guard (one run per MCP session, or "
-        "_meta toolexec/run_id).",
+        description="Run `toolexec mcp` calls under the run guard (one run per MCP session, "
+        "per Toolexec-Run-Id header, or per _meta toolexec/run_id).",
     )
     mcp_servers: dict[str, dict[str, Any]] = Field(
         default_factory=dict,

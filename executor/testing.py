@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict, deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 from toolexec.connection import redis_client
 from toolexec.keys import Keys
 
-__all__ = ["FlakyServer", "Hit", "Ledger", "Reply", "WorkerProcess"]
+__all__ = ["FlakyServer", "Hit", "Ledger", "LocalStack", "Reply", "WorkerProcess", "local_stack"]
 
 
 @dataclass(frozen=True)
@@ -276,3 +277,66 @@ class WorkerProcess:
             self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.kill()
+
+
+@dataclass(frozen=True)
+class LocalStack:
+    """What :func:`local_stack` started: settings for a client, and the weather service."""
+
+    settings: Any  # toolexec.settings.Settings; imported lazily with the rest
+    service: FlakyServer
+
+
+#: The demo's weather service, as :func:`local_stack` scripts it: Oslo fails once (a 503
+#: the worker retries), then answers; any other city answers at once.
+_WEATHER = {"temp_c": 4.0, "conditions": "light rain"}
+
+#: Where the demo tools find their service (``toolexec.tasks.demo_tools.SERVICE_URL_ENV``;
+#: not imported: that would import the worker's side into the caller).
+_DEMO_SERVICE_URL_ENV = "TOOLEXEC_DEMO_SERVICE_URL"
+
+
+@contextlib.contextmanager
+def local_stack(tools: str = "toolexec.tasks.demo_tools") -> Iterator[LocalStack]:
+    """Redis, a local weather service and a worker, for examples that run on a bare machine.
+
+    Redis is ``TOOLEXEC_REDIS_URL`` or the embedded Valkey; everything runs under a
+    key prefix and queue of its own, and is stopped on the way out. The service
+    serves the demo tools (``get_weather``, ``query_order``): ``/weather/Oslo``
+    answers 503 once, then 200, so a call shows a retry.
+    """
+    import shutil
+    import tempfile
+
+    from toolexec.embedded import ensure_embedded, stop_embedded
+    from toolexec.settings import Settings
+
+    base = Settings.from_env()
+    data_dir = Path(tempfile.mkdtemp(prefix="toolexec-local-"))
+    embedded = None if base.redis_url else ensure_embedded(data_dir)
+    url = base.redis_url or (embedded.url if embedded else "")
+    prefix = f"local-{uuid.uuid4().hex[:8]}"
+    service = FlakyServer().start()
+    service.script("/weather/Oslo", Reply(503), Reply(200, _WEATHER))
+    env = {
+        "TOOLEXEC_REDIS_URL": url,
+        "TOOLEXEC_KEY_PREFIX": prefix,
+        "TOOLEXEC_DEFAULT_QUEUE": prefix,
+        "TOOLEXEC_TASK_EVENTS": "false",
+        "TOOLEXEC_DATA_DIR": str(data_dir),
+        "TOOLEXEC_HTTP_ALLOW": "127.0.0.1",
+        _DEMO_SERVICE_URL_ENV: service.url,
+    }
+    worker = WorkerProcess(tools, env, concurrency=4, cwd=data_dir)
+    settings = Settings.from_env(
+        redis_url=url, key_prefix=prefix, default_queue=prefix, data_dir=data_dir, task_events=False
+    )
+    try:
+        worker.start(url, prefix)
+        yield LocalStack(settings, service)
+    finally:
+        worker.stop()
+        service.stop()
+        if embedded is not None and embedded.started_here:
+            stop_embedded(data_dir)
+        shutil.rmtree(data_dir, ignore_errors=True)  # the worker's and Valkey's files

@@ -110,14 +110,22 @@ class CallPreparer:
         prepared just before it is sent, so each call's deadline counts from
         then, as a call's deadline always counts from when it is prepared.
         """
+        return self._windows(self.checked(calls), run_id, timeout, uuid.uuid4().hex, size)
+
+    def checked(self, calls: Iterable[CallSpec]) -> list[CallSpec]:
+        """The batch as a list of (tool, arguments) pairs, or a UsageError before anything runs.
+
+        Reads at most ``max_batch_calls + 1`` items, so an endless iterable is
+        refused rather than read whole; the run guard counts the same list.
+        """
         most = self.settings.max_batch_calls
         items = list(itertools.islice(calls, most + 1))  # never reads an endless iterable whole
         if len(items) > most:
             raise UsageError(batch_too_large(most))
         for item in items:
             if not (isinstance(item, Sequence) and len(item) == 2 and isinstance(item[0], str)):
-                raise UsageError(f"call_many takes (tool_name, arguments) pairs; got {item!r}")
-        return self._windows(items, run_id, timeout, uuid.uuid4().hex, size)
+                raise UsageError(f"call_many takes (tool_name, arguments) pairs; got {item!r:.200}")
+        return items
 
     def _windows(
         self,

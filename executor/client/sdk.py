@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Span
 
@@ -26,13 +26,16 @@ from toolexec import catalog
 from toolexec.adapters import Format, arun_round, run_round
 from toolexec.bounds import checked_id
 from toolexec.breaker import BreakerGate, CircuitBreaker
+from toolexec.catalog import DefinitionFormat
 from toolexec.client.catalog_cache import CatalogCache
+from toolexec.client.guarded import begin_round
 from toolexec.client.payloads import ClientPayloads
 from toolexec.client.prepare import CallPreparer, CallSpec, PreparedCall
 from toolexec.client.publish import WINDOW, publish
 from toolexec.client.waiting import ReplyWaiter
 from toolexec.clock import Clock
 from toolexec.connection import fail_fast_client, fleet_clock, redis_client, redis_url
+from toolexec.errors import InfrastructureError
 from toolexec.guard import RunGuard
 from toolexec.keys import Keys
 from toolexec.liveness import LiveQueues
@@ -50,25 +53,45 @@ __all__ = ["CallHandle", "ToolClient"]
 
 
 class CallHandle:
-    """A submitted call; :meth:`result` waits for it, at most until its deadline."""
+    """A submitted call; :meth:`result` waits for it, at most until its deadline.
 
-    def __init__(self, waiter: ReplyWaiter, prepared: PreparedCall, span: Span) -> None:
+    Under a run's guard, the first :meth:`result` also settles the call's round, so
+    the ruling (a nudge's note, or a refusal) is part of what it returns; a handle
+    the guard refused outright carries its refusal from the start.
+    """
+
+    def __init__(
+        self,
+        waiter: ReplyWaiter | None,
+        prepared: PreparedCall | None,
+        span: Span | None,
+        *,
+        settle: Callable[[ToolResult], ToolResult] | None = None,
+        ready: ToolResult | None = None,
+    ) -> None:
         self._waiter = waiter
         self._prepared = prepared
         self._span = span
-        self._result: ToolResult | None = None
+        self._settle = settle
+        self._result: ToolResult | None = ready
         self._lock = threading.Lock()
 
     @property
     def call_id(self) -> str:
+        if self._prepared is None:
+            assert self._result is not None
+            return self._result.call_id
         return self._prepared.ctx.call_id
 
     def result(self, timeout: float | None = None) -> ToolResult:
         """The call's result; past ``timeout`` (or the deadline) a ``deadline_exceeded`` one."""
         with self._lock:
             if self._result is None:
+                assert self._prepared is not None and self._waiter is not None
+                assert self._span is not None
                 found = self._prepared.early or self._waiter.collect([self._prepared], timeout)[0]
-                self._result = _ended([self._span], [found])[0]
+                found = _ended([self._span], [found])[0]
+                self._result = self._settle(found) if self._settle is not None else found
             return self._result
 
 
@@ -141,10 +164,18 @@ class ToolClient:
         return self.catalog_cache.get(refresh)
 
     def tool_definitions(
-        self, format: Literal["openai", "anthropic"] = "openai"
+        self, format: DefinitionFormat = "openai", *, strict: bool = False
     ) -> list[dict[str, Any]]:
-        """The tools as an OpenAI ``tools=`` list or Anthropic ``tools=`` list."""
-        return catalog.to_definitions(self.catalog(), format)
+        """The tools as a ``tools=`` list: ``openai`` (Chat Completions), ``openai-responses``
+        (the Responses API) or ``anthropic``.
+
+        ``strict=True`` (the OpenAI shapes) gives each tool its strict-mode schema
+        (``toolexec.strict``); a model answering under it sends arguments in that form,
+        which :func:`toolexec.strict.from_strict` turns back (``run_tool_calls(...,
+        strict=True)`` does it for you). A published tool with no strict form is sent
+        with ``strict: false`` and its own schema.
+        """
+        return catalog.to_definitions(self.catalog(), format, strict=strict)
 
     # -- calling -----------------------------------------------------------
 
@@ -157,6 +188,7 @@ class ToolClient:
         timeout: float | None = None,
         call_id: str | None = None,
         idempotency_key: str | None = None,
+        guard: bool = True,
     ) -> ToolResult:
         """Run ``tool`` and wait for its result, at most ``timeout`` seconds.
 
@@ -165,6 +197,12 @@ class ToolClient:
         (``replayed: true``); other arguments under the same key are refused
         with ``idempotency_mismatch``. Tools with ``side_effects=True`` derive a
         key from the run id, the tool and the arguments when none is given.
+
+        With a ``run_id`` the call is a round of one under the run guard, as a
+        model response's calls are in :meth:`run_tool_calls`: repeats, cycles and
+        budgets get a nudge (the result's ``guard`` note, in ``content()``), then
+        ``tool_disabled``, ``run_aborted`` or ``run_budget_exhausted`` results.
+        ``guard=False`` opts out: the run id then only labels the call.
         """
         return self.submit(
             tool,
@@ -173,6 +211,7 @@ class ToolClient:
             timeout=timeout,
             call_id=call_id,
             idempotency_key=idempotency_key,
+            guard=guard,
         ).result()
 
     def submit(
@@ -184,15 +223,32 @@ class ToolClient:
         timeout: float | None = None,
         call_id: str | None = None,
         idempotency_key: str | None = None,
+        guard: bool = True,
     ) -> CallHandle:
-        """Enqueue a call and return at once with a handle to its result."""
+        """Enqueue a call and return at once with a handle to its result.
+
+        Under the run guard (a ``run_id``, ``guard=True``) the round is settled when
+        the handle's result is first read; a handle never read leaves its round open,
+        which costs the run nothing but a step.
+        """
         start_ns = time.time_ns()
-        prepared = self.preparer.prepare(
-            tool, arguments, run_id, timeout, call_id, None, idempotency_key=idempotency_key
-        )
-        spans = _started([prepared], start_ns)
-        publish(self.app, [prepared], spans)
-        return CallHandle(self.waiter, prepared, spans[0])
+        run_id = checked_id(run_id, "run_id")
+        round_ = begin_round(self, run_id, [(tool, arguments)], guard)
+        if round_ is not None and not round_.to_run:
+            return CallHandle(None, None, None, ready=round_.settle([])[0])
+        asked = timeout if round_ is None else round_.timeout(timeout)
+        try:
+            prepared = self.preparer.prepare(
+                tool, arguments, run_id, asked, call_id, None, idempotency_key=idempotency_key
+            )
+            spans = _started([prepared], start_ns)
+            publish(self.app, [prepared], spans)
+        except InfrastructureError:
+            if round_ is not None:
+                round_.abandon()
+            raise
+        settle = round_.settler(0) if round_ is not None else None
+        return CallHandle(self.waiter, prepared, spans[0], settle=settle)
 
     def call_many(
         self,
@@ -200,6 +256,7 @@ class ToolClient:
         *,
         run_id: str | None = None,
         timeout: float | None = None,
+        guard: bool = True,
     ) -> list[ToolResult]:
         """Run independent calls in parallel; results come back in the calls' order.
 
@@ -209,8 +266,28 @@ class ToolClient:
         :data:`~toolexec.client.publish.WINDOW`, and the answers already back
         are read between windows, so the first calls run while the last are
         still being prepared and none of their answers is lost; see docs/limits.md.
+        With a ``run_id`` the batch is one round under the run guard (see :meth:`call`).
         """
-        sent = self._send_batch(calls, run_id, timeout, time.time_ns())
+        start_ns = time.time_ns()
+        calls = self.preparer.checked(calls)
+        run_id = checked_id(run_id, "run_id")
+        round_ = begin_round(self, run_id, calls, guard)
+        todo = list(range(len(calls))) if round_ is None else round_.to_run
+        asked = timeout if round_ is None else round_.timeout(timeout)
+        try:
+            ran = self._run_batch([calls[i] for i in todo], run_id, asked, start_ns)
+        except InfrastructureError:
+            if round_ is not None:
+                round_.abandon()
+            raise
+        return ran if round_ is None else round_.settle(ran)
+
+    def _run_batch(
+        self, calls: list[CallSpec], run_id: str | None, timeout: float | None, start_ns: int
+    ) -> list[ToolResult]:
+        if not calls:
+            return []
+        sent = self._send_batch(calls, run_id, timeout, start_ns)
         return _ended(sent.spans, self.waiter.collect(sent.batch, None, sent.boxes, sent.unsent))
 
     def _send_batch(
@@ -236,15 +313,34 @@ class ToolClient:
         timeout: float | None = None,
         call_id: str | None = None,
         idempotency_key: str | None = None,
+        guard: bool = True,
     ) -> ToolResult:
         """The asyncio form of :meth:`call`; waiting does not hold a thread."""
         start_ns = time.time_ns()
-        prepared = await asyncio.to_thread(
-            self.preparer.prepare, tool, arguments, run_id, timeout, call_id, None, idempotency_key
-        )
-        spans = _started([prepared], start_ns)
-        await asyncio.to_thread(publish, self.app, [prepared], spans)
-        return _ended(spans, await self.waiter.acollect([prepared]))[0]
+        run_id = checked_id(run_id, "run_id")
+        round_ = await asyncio.to_thread(begin_round, self, run_id, [(tool, arguments)], guard)
+        if round_ is not None and not round_.to_run:
+            return (await asyncio.to_thread(round_.settle, []))[0]
+        asked = timeout if round_ is None else round_.timeout(timeout)
+        try:
+            prepared = await asyncio.to_thread(
+                self.preparer.prepare,
+                tool,
+                arguments,
+                run_id,
+                asked,
+                call_id,
+                None,
+                idempotency_key,
+            )
+            spans = _started([prepared], start_ns)
+            await asyncio.to_thread(publish, self.app, [prepared], spans)
+        except InfrastructureError:
+            if round_ is not None:
+                await asyncio.to_thread(round_.abandon)
+            raise
+        result = _ended(spans, await self.waiter.acollect([prepared]))[0]
+        return result if round_ is None else (await asyncio.to_thread(round_.settle, [result]))[0]
 
     async def acall_many(
         self,
@@ -252,9 +348,29 @@ class ToolClient:
         *,
         run_id: str | None = None,
         timeout: float | None = None,
+        guard: bool = True,
     ) -> list[ToolResult]:
         """The asyncio form of :meth:`call_many`."""
-        sent = await asyncio.to_thread(self._send_batch, calls, run_id, timeout, time.time_ns())
+        start_ns = time.time_ns()
+        calls = self.preparer.checked(calls)
+        run_id = checked_id(run_id, "run_id")
+        round_ = await asyncio.to_thread(begin_round, self, run_id, calls, guard)
+        todo = list(range(len(calls))) if round_ is None else round_.to_run
+        asked = timeout if round_ is None else round_.timeout(timeout)
+        try:
+            ran = await self._arun_batch([calls[i] for i in todo], run_id, asked, start_ns)
+        except InfrastructureError:
+            if round_ is not None:
+                await asyncio.to_thread(round_.abandon)
+            raise
+        return ran if round_ is None else await asyncio.to_thread(round_.settle, ran)
+
+    async def _arun_batch(
+        self, calls: list[CallSpec], run_id: str | None, timeout: float | None, start_ns: int
+    ) -> list[ToolResult]:
+        if not calls:
+            return []
+        sent = await asyncio.to_thread(self._send_batch, calls, run_id, timeout, start_ns)
         results = await self.waiter.acollect(sent.batch, sent.boxes, sent.unsent)
         return _ended(sent.spans, results)
 
@@ -275,6 +391,7 @@ class ToolClient:
         budget: RunBudget | None = None,
         timeout: float | None = None,
         guard: RunGuard | None = None,
+        strict: bool = False,
     ) -> list[dict[str, Any]]:
         """Run a model response's tool calls in parallel; the replies, in the calls' order.
 
@@ -285,10 +402,14 @@ class ToolClient:
         failures in Redis and answers loops with a nudge, then
         ``tool_disabled``, then ``run_aborted``; a spent budget answers
         ``run_budget_exhausted``. Without either, the calls just run.
+        ``strict=True`` when the model was given ``tool_definitions(strict=True)``:
+        its arguments are turned back into the catalog's shape (``toolexec.strict``).
         """
         run_id = checked_id(run_id, "run_id")
         guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
-        return run_round(self, tool_calls, format=format, guard=guard, timeout=timeout).messages
+        return run_round(
+            self, tool_calls, format=format, guard=guard, timeout=timeout, strict=strict
+        ).messages
 
     async def arun_tool_calls(
         self,
@@ -299,11 +420,14 @@ class ToolClient:
         budget: RunBudget | None = None,
         timeout: float | None = None,
         guard: RunGuard | None = None,
+        strict: bool = False,
     ) -> list[dict[str, Any]]:
         """The asyncio form of :meth:`run_tool_calls`."""
         run_id = checked_id(run_id, "run_id")
         guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
-        outcome = await arun_round(self, tool_calls, format=format, guard=guard, timeout=timeout)
+        outcome = await arun_round(
+            self, tool_calls, format=format, guard=guard, timeout=timeout, strict=strict
+        )
         return outcome.messages
 
     # -- large results (toolexec.payloads) -----------------------------------

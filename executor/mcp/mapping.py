@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from functools import cache
 from typing import Any
 
 import mcp_types as types
@@ -23,12 +22,16 @@ from toolexec.results import ErrorInfo, ToolResult
 
 __all__ = [
     "READ_PAYLOAD",
+    "RESULT_META",
+    "RUN_ID_HEADER",
     "RUN_ID_META",
     "TIMEOUT_META",
     "annotations_for",
     "call_timeout",
     "cancelled_result",
     "catalog_fingerprint",
+    "checked_run_id",
+    "model_body",
     "output_schema",
     "read_payload_arguments",
     "read_payload_tool",
@@ -45,6 +48,10 @@ READ_PAYLOAD = "read_payload"
 #: seconds (MCP has no standard field for a request timeout).
 RUN_ID_META = "toolexec/run_id"
 TIMEOUT_META = "toolexec/timeout_s"
+
+#: The HTTP header a client may set once on its connection to name the run all its calls
+#: belong to; ``_meta``'s ``toolexec/run_id`` still wins for a single call.
+RUN_ID_HEADER = "toolexec-run-id"
 
 _MAX_RUN_ID = 200
 
@@ -63,26 +70,58 @@ def annotations_for(policy: Mapping[str, Any]) -> types.ToolAnnotations:
     return types.ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True)
 
 
-@cache
-def _envelope_schema() -> str:
-    """structuredContent is the whole ToolResult; its schema, as JSON text to copy from."""
-    return json.dumps(ToolResult.model_json_schema())
+#: What ``structuredContent`` holds: what the model reads (``ToolResult.for_model``), not
+#: the call record. Clients such as pydantic-ai hand structuredContent to the model, so
+#: ids, timings and nulls would cost tokens and say nothing; the record is in ``_meta``.
+_ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "type": {"type": "string", "description": "The error's kind, e.g. not_found."},
+        "message": {"type": "string"},
+        "suggestion": {"type": "string", "description": "What to do about it."},
+        "retryable": {"type": "boolean"},
+        "retry_after": {"type": "number"},
+        "details": {"type": "object"},
+    },
+    "required": ["type", "message"],
+}
 
+_MODEL_BODY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "status": {"enum": ["ok", "error", "unknown"]},
+        "data": {"description": "The tool's answer (a preview when payload is set)."},
+        "error": _ERROR_SCHEMA,
+        "degraded": {"type": "boolean"},
+        "source": {"type": ["string", "null"]},
+        "fallback": {"type": "object"},
+        "replayed": {"type": "boolean"},
+        "attempts": {"type": "integer"},
+        "guard": {"type": "object", "description": "The run guard's hint, when it gave one."},
+        "payload": {
+            "type": "object",
+            "description": "Where the whole value is, when data is a preview of it.",
+        },
+    },
+    "required": ["status"],
+}
+
+#: Result ``_meta`` key holding the whole call record (the ToolResult as JSON).
+RESULT_META = "toolexec/result"
 
 _RETURNS_DEFS = "returns."
 
 
 def output_schema(returns: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ToolResult schema, with ``data`` held to the tool's return type where it must be.
+    """The schema of what the model reads, with ``data`` held to the tool's return type.
 
     ``data`` is the tool's own value only for a plain success: an error has none,
     an offloaded result carries a preview, and a degraded one may come from
-    another tool. So the return type applies under ``if`` status is ok, not
-    degraded and not offloaded. The return type's ``$defs`` move into the
-    envelope's under a prefix, so a tool returning its own ``ErrorInfo`` cannot
-    collide with toolexec's.
+    another tool. So the return type applies under ``if`` status is ok and neither
+    ``degraded`` nor ``payload`` is there. The return type's ``$defs`` move into the
+    schema's under a prefix, so a tool returning its own ``ErrorInfo`` cannot collide.
     """
-    schema: dict[str, Any] = json.loads(_envelope_schema())
+    schema: dict[str, Any] = json.loads(json.dumps(_MODEL_BODY_SCHEMA))
     if not returns:
         return schema
     text = json.dumps(dict(returns)).replace('"#/$defs/', f'"#/$defs/{_RETURNS_DEFS}')
@@ -90,12 +129,9 @@ def output_schema(returns: Mapping[str, Any] | None) -> dict[str, Any]:
     for name, definition in (data.pop("$defs", None) or {}).items():
         schema.setdefault("$defs", {})[f"{_RETURNS_DEFS}{name}"] = definition
     plain_success = {
-        "properties": {
-            "status": {"const": "ok"},
-            "degraded": {"const": False},
-            "payload": {"type": "null"},
-        },
-        "required": ["status", "degraded", "payload"],
+        "properties": {"status": {"const": "ok"}},
+        "required": ["status"],
+        "not": {"anyOf": [{"required": ["degraded"]}, {"required": ["payload"]}]},
     }
     schema["allOf"] = [{"if": plain_success, "then": {"properties": {"data": data}}}]
     return schema
@@ -178,12 +214,16 @@ def _meta_value(meta: Mapping[str, Any] | None, key: str) -> Any:
     return None if meta is None else meta.get(key)
 
 
-def run_id_for(meta: Mapping[str, Any] | None, session_run_id: str) -> str:
-    """The client's own run id from ``_meta`` when it gives a usable one, else the session's."""
-    given = _meta_value(meta, RUN_ID_META)
+def checked_run_id(given: Any) -> str | None:
+    """A run id from a client (``_meta`` or a header), or None when it is not usable."""
     if isinstance(given, str) and 0 < len(given) <= _MAX_RUN_ID and given.isprintable():
         return given
-    return session_run_id
+    return None
+
+
+def run_id_for(meta: Mapping[str, Any] | None, session_run_id: str) -> str:
+    """The client's own run id from ``_meta`` when it gives a usable one, else the session's."""
+    return checked_run_id(_meta_value(meta, RUN_ID_META)) or session_run_id
 
 
 def call_timeout(meta: Mapping[str, Any] | None, server_timeout: float) -> float:
@@ -202,34 +242,55 @@ def call_timeout(meta: Mapping[str, Any] | None, server_timeout: float) -> float
     return min(server_timeout, seconds)
 
 
-def _result_meta(result: ToolResult) -> dict[str, Any] | None:
-    """Flags a client can read without parsing the text: a degraded or offloaded answer."""
-    meta: dict[str, Any] = {}
+def _payload_note(result: ToolResult) -> dict[str, Any] | None:
+    if result.payload is None:
+        return None
+    return {
+        "key": result.payload.key,
+        "unit": result.payload.unit,
+        "count": result.payload.count,
+        "read_with": READ_PAYLOAD,
+    }
+
+
+def _result_meta(result: ToolResult) -> dict[str, Any]:
+    """The call record, and flags a client can read without parsing: degraded, offloaded."""
+    meta: dict[str, Any] = {RESULT_META: result.model_dump(mode="json")}
     if result.degraded:
         meta["toolexec/degraded"] = True
         meta["toolexec/source"] = result.source
-    if result.payload is not None:
-        meta["toolexec/payload"] = {
-            "key": result.payload.key,
-            "unit": result.payload.unit,
-            "count": result.payload.count,
-            "read_with": READ_PAYLOAD,
-        }
-    return meta or None
+    payload = _payload_note(result)
+    if payload is not None:
+        meta["toolexec/payload"] = payload
+    return meta
 
 
-def to_call_result(result: ToolResult, text: str | None = None) -> types.CallToolResult:
-    """A ToolResult as MCP's CallToolResult.
+def model_body(result: ToolResult, note: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What the model should read of a result: ``for_model``, the guard's note, the payload."""
+    body = result.for_model()
+    if note:
+        body["guard"] = dict(note)
+    payload = _payload_note(result)
+    if payload is not None:
+        body["payload"] = payload
+    return body
 
-    ``text`` is the model-facing rendering, by default the ToolResult's own (what
-    an OpenAI tool message carries); the run guard's reply replaces it when the
-    guard added a nudge or refused the call. Every status but ``ok`` is an error
-    (``unknown`` too: the model must not assume a write happened).
+
+def to_call_result(
+    result: ToolResult, note: Mapping[str, Any] | None = None
+) -> types.CallToolResult:
+    """A ToolResult as MCP's CallToolResult: the model's view as text and structured content.
+
+    The text is what an OpenAI tool message would carry (``content()``), with the run
+    guard's nudge when it gave one; ``structuredContent`` is the same as an object (a
+    client that hands it to the model spends no tokens on ids and timings), and the
+    whole call record is in ``_meta["toolexec/result"]``. Every status but ``ok`` is an
+    error (``unknown`` too: the model must not assume a write happened).
     """
-    body = text if text is not None else result.content()
+    body = model_body(result, note)
     return types.CallToolResult(
-        content=[types.TextContent(text=body)],
-        structured_content=result.model_dump(mode="json"),
+        content=[types.TextContent(text=json.dumps(body, ensure_ascii=False, default=str))],
+        structured_content=body,
         is_error=result.status != "ok",
         _meta=_result_meta(result),
     )

@@ -39,9 +39,11 @@ from toolexec.errors import InfrastructureError, PayloadUnavailableError, UsageE
 from toolexec.guard import RoundPlan, RunGuard
 from toolexec.mcp.mapping import (
     READ_PAYLOAD,
+    RUN_ID_HEADER,
     call_timeout,
     cancelled_result,
     catalog_fingerprint,
+    checked_run_id,
     read_payload_arguments,
     read_payload_tool,
     run_id_for,
@@ -212,7 +214,8 @@ class McpFront:
         if params.name == READ_PAYLOAD:
             return await self._read_payload(arguments)
         meta: Mapping[str, Any] | None = ctx.meta
-        run_id = run_id_for(meta, self._run_of(ctx))
+        session_run = self._run_of(ctx)  # also remembers the session for list_changed
+        run_id = run_id_for(meta, _header_run_id(ctx) or session_run)
         timeout = call_timeout(meta, self.settings.mcp_call_timeout)
         guard = self.client.run_guard(run_id) if self.settings.mcp_guard else None
         return await _Call(self, ctx, params.name, arguments, run_id, timeout, guard).run()
@@ -354,7 +357,19 @@ class _Call:
             assert result is not None
             return to_call_result(result)
         outcome = (await asyncio.to_thread(self.guard.end_round, plan, [result]))[0]
-        return to_call_result(outcome.result, outcome.content())
+        return to_call_result(outcome.result, outcome.note)
+
+
+def _header_run_id(ctx: Context) -> str | None:
+    """The run id a client set once on its HTTP connection (``Toolexec-Run-Id``), if usable.
+
+    A client of the 2026 stateless transport has no session to tell its calls apart,
+    and few frameworks let a caller add ``_meta`` to each call; nearly all let one set
+    headers on the connection.
+    """
+    headers = getattr(ctx.request, "headers", None)
+    given = headers.get(RUN_ID_HEADER) if headers is not None else None
+    return checked_run_id(given)
 
 
 def _progress_token(meta: Mapping[str, Any] | None) -> bool:

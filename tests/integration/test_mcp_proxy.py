@@ -332,7 +332,8 @@ def test_an_mcp_client_reaches_a_remote_tool_through_toolexec(
     assert result.is_error is False
     assert result.structured_content is not None
     assert result.structured_content["data"] == {"echo": "gw"}
-    assert result.structured_content["attempts"] == 2  # the 503 was retried by toolexec
+    assert result.meta is not None
+    assert result.meta["toolexec/result"]["attempts"] == 2  # the 503 was retried by toolexec
 
 
 def test_headers_from_the_settings_reach_the_server_and_a_401_is_not_retried(

@@ -137,10 +137,11 @@ def test_a_call_succeeds_with_the_openai_rendering_as_text(server: Any, flaky: F
     result = with_client(server, body)
     assert result.is_error is False
     assert text_of(result) == {"status": "ok", "data": {"temp": 21}}
-    assert result.structured_content is not None
-    assert result.structured_content["status"] == "ok"
-    assert result.structured_content["tool"] == "fetch"
-    assert result.structured_content["attempts"] == 1
+    # what the model reads, not the call record; that is in _meta
+    assert result.structured_content == {"status": "ok", "data": {"temp": 21}}
+    assert result.meta is not None
+    assert result.meta["toolexec/result"]["tool"] == "fetch"
+    assert result.meta["toolexec/result"]["attempts"] == 1
 
 
 def test_a_404_is_an_error_result(server: Any, flaky: FlakyServer) -> None:
@@ -166,7 +167,7 @@ def test_503_503_200_ends_ok_through_toolexec_retries(server: Any, flaky: FlakyS
     result = with_client(server, body)
     assert result.is_error is False
     assert text_of(result)["data"] == {"ok": "third time"}
-    assert result.structured_content is not None and result.structured_content["attempts"] == 3
+    assert result.meta is not None and result.meta["toolexec/result"]["attempts"] == 3
     assert len(flaky.hits(path)) == 3
 
 
@@ -198,7 +199,7 @@ def test_an_offloaded_result_says_so_and_read_payload_pages_through_it(http_url:
 
     big, page = with_client(http_url, body)
     assert big.is_error is False
-    assert big.structured_content is not None and big.structured_content["payload"] is not None
+    assert big.structured_content is not None and big.structured_content["payload"]["key"]
     assert big.meta is not None and big.meta["toolexec/payload"]["read_with"] == "read_payload"
     assert page.is_error is False
     assert page.structured_content is not None

@@ -15,12 +15,15 @@ from mcp.shared.exceptions import MCPError
 from toolexec.errors import ConfigurationError, ErrorType
 from toolexec.mcp.classify import HttpStatus, classify_mcp_error, remote_side_effects
 from toolexec.mcp.mapping import (
+    RESULT_META,
     RUN_ID_META,
     TIMEOUT_META,
     annotations_for,
     call_timeout,
     cancelled_result,
     catalog_fingerprint,
+    checked_run_id,
+    model_body,
     output_schema,
     read_payload_arguments,
     run_id_for,
@@ -73,22 +76,27 @@ def test_the_output_schema_holds_data_to_the_return_type_only_for_a_plain_succes
     returns = pydantic.TypeAdapter(list[Forecast]).json_schema()
     schema = output_schema(returns)
     validator = jsonschema.Draft202012Validator(schema)
-    good = _result(status="ok", data=[{"city": "Paris"}]).model_dump(mode="json")
-    bad = _result(status="ok", data=[{"town": "Paris"}]).model_dump(mode="json")
+    good = model_body(_result(status="ok", data=[{"city": "Paris"}]))
+    bad = model_body(_result(status="ok", data=[{"town": "Paris"}]))
     assert validator.is_valid(good)
     assert not validator.is_valid(bad)
     info = ErrorInfo(type=ErrorType.TIMEOUT, message="slow")
-    failed = _result(status="error", error=info).model_dump(mode="json")
-    degraded = _result(
-        status="ok",
-        data="from another tool",
-        degraded=True,
-        source="other",
-        fallback=FallbackInfo(primary_error=info),
-    ).model_dump(mode="json")
+    failed = model_body(_result(status="error", error=info))
+    degraded = model_body(
+        _result(
+            status="ok",
+            data="from another tool",
+            degraded=True,
+            source="other",
+            fallback=FallbackInfo(primary_error=info),
+        )
+    )
+    nudged = model_body(_result(status="ok", data=[{"city": "Oslo"}]), {"hint": "again?"})
     assert validator.is_valid(failed) and validator.is_valid(degraded)
-    assert "returns.Forecast" in schema["$defs"] and "ErrorInfo" in schema["$defs"]
-    assert output_schema(None) == ToolResult.model_json_schema()
+    assert validator.is_valid(nudged)
+    assert "returns.Forecast" in schema["$defs"]
+    plain = jsonschema.Draft202012Validator(output_schema(None))
+    assert plain.is_valid(model_body(_result(status="ok", data=[{"town": "Paris"}])))
 
 
 def test_the_fingerprint_ignores_order_and_sees_a_new_tool_or_policy() -> None:
@@ -153,7 +161,45 @@ def test_the_text_is_the_openai_tool_message_content() -> None:
     block = mapped.content[0]
     assert isinstance(block, types.TextContent)
     assert block.text == result.to_openai_message("x")["content"]
-    assert mapped.structured_content == result.model_dump(mode="json")
+
+
+def test_structured_content_is_what_the_model_reads_and_the_record_is_in_meta() -> None:
+    """Before: structuredContent was the whole record (ids, timings, nulls), and clients
+    such as pydantic-ai hand it to the model; about 583 bytes for an ok echo."""
+    result = _result(status="ok", data={"temp": 21}, attempts=2, elapsed_ms=12.5)
+    mapped = to_call_result(result)
+    assert mapped.structured_content == {"status": "ok", "data": {"temp": 21}}
+    assert mapped.meta is not None
+    assert mapped.meta[RESULT_META] == result.model_dump(mode="json")
+    info = ErrorInfo(
+        type=ErrorType.NOT_FOUND, message="no such city", suggestion="Check the name."
+    )
+    failed = to_call_result(_result(status="error", error=info, attempts=1))
+    assert failed.structured_content is not None
+    assert failed.structured_content["error"] == {
+        "type": "not_found",
+        "message": "no such city",
+        "suggestion": "Check the name.",
+        "retryable": False,
+    }
+    assert "call_id" not in failed.structured_content
+    assert "timings" not in failed.structured_content
+
+
+def test_the_guards_nudge_is_in_the_text_and_the_structured_content() -> None:
+    result = _result(status="ok", data=1)
+    mapped = to_call_result(result, {"verdict": "nudge", "hint": "you asked this already"})
+    block = mapped.content[0]
+    assert isinstance(block, types.TextContent)
+    assert json.loads(block.text)["guard"]["hint"] == "you asked this already"
+    assert mapped.structured_content is not None
+    assert mapped.structured_content["guard"]["verdict"] == "nudge"
+
+
+def test_a_run_id_header_or_meta_names_the_run_when_usable() -> None:
+    assert checked_run_id("run-7") == "run-7"
+    assert checked_run_id("") is None and checked_run_id("a\nb") is None
+    assert checked_run_id("x" * 201) is None and checked_run_id(7) is None
 
 
 def test_a_degraded_or_offloaded_result_says_so_in_meta_and_text() -> None:
@@ -179,6 +225,8 @@ def test_a_degraded_or_offloaded_result_says_so_in_meta_and_text() -> None:
         count=3,
     )
     offloaded = to_call_result(_result(status="ok", data="preview", payload=ref))
+    assert offloaded.structured_content is not None
+    assert offloaded.structured_content["payload"]["key"] == "p1"
     assert offloaded.meta is not None
     assert offloaded.meta["toolexec/payload"] == {
         "key": "p1",
