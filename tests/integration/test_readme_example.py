@@ -35,6 +35,13 @@ def _file(markdown: str, first_line: str) -> str:
     return found[0]
 
 
+def _output(markdown: str) -> str:
+    """The text block the tools example prints (the README's agent prints another)."""
+    found = [b for b in _blocks(markdown, "text") if b.startswith("tools: ")]
+    assert len(found) == 1, f"one text block starting 'tools: ', found {len(found)}"
+    return found[0]
+
+
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 TUTORIAL = (ROOT / "docs" / "tutorial.md").read_text(encoding="utf-8")
 TOOLS = _file(README, "# mytools.py")
@@ -44,7 +51,7 @@ AGENT = _file(README, "# agent.py")
 def test_the_tutorial_shows_the_readmes_example() -> None:
     assert _file(TUTORIAL, "# mytools.py") == TOOLS
     assert _file(TUTORIAL, "# agent.py") == AGENT
-    assert _blocks(README, "text")[0] in _blocks(TUTORIAL, "text")
+    assert _output(README) == _output(TUTORIAL)
 
 
 def test_the_example_imports_only_public_modules() -> None:
@@ -84,6 +91,20 @@ def test_the_readme_example_runs_and_prints_what_the_readme_shows(
         proc.stop()
     assert done.returncode == 0, done.stderr[-3000:]
     printed = done.stdout.splitlines()
-    assert printed == _blocks(README, "text")[0].splitlines(), done.stdout
+    assert printed == _output(README).splitlines(), done.stdout
     wrong = json.loads(printed[3])
     assert (wrong["status"], wrong["error"]["type"]) == ("error", "invalid_arguments")
+
+
+def test_the_readmes_agent_is_the_tested_pydantic_ai_example() -> None:
+    """The README's first example is examples/pydantic_ai.py, which
+    tests/integration/test_agent_frameworks.py runs offline; only the lines that keep
+    the example's own file name from shadowing the package differ."""
+    readme = _file(README, "# weather_agent.py").split("\n", 1)[1]
+    example = (ROOT / "examples" / "pydantic_ai.py").read_text(encoding="utf-8")
+    kept = [
+        line
+        for line in example.split("\n")[1:]  # the docstring line: the README says it in prose
+        if line != "import sys" and not line.startswith(("HERE = ", "sys.path[:]"))
+    ]
+    assert readme == "\n".join(kept)
