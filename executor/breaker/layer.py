@@ -11,7 +11,8 @@ retried is therefore not recorded; only the call's last attempt is, once the
 executor's verdict says the call is over (:meth:`BreakerLayer.record`). A
 half-open probe is the exception: it is recorded whatever the verdict,
 because the probe's question, "is the service back?", has been answered by
-that one attempt.
+that one attempt. Nothing toolexec refused or cut short itself is counted
+(:func:`_service_spoke`): a budget's refusal, for one.
 
 The permit is asked for in the attempt's admission round trip and the outcome
 recorded in its settlement round trip (``toolexec.batch``), so the breaker
@@ -29,6 +30,7 @@ from toolexec.breaker.policy import breaker_name, counts_as_failure
 from toolexec.breaker.store import CircuitBreaker
 from toolexec.breaker.views import Admission
 from toolexec.layers import Attempt, Layer, Outcome, Proceed, Retry, Verdict
+from toolexec.waits import breaker_wait
 
 __all__ = ["BreakerLayer"]
 
@@ -47,6 +49,16 @@ def _counted(note: _Note, admission: Admission, verdict: Verdict) -> bool:
     assert note.seen is not None
     failed = counts_as_failure(note.seen.failure)
     return not (failed and isinstance(verdict, Retry) and not admission.probe)
+
+
+def _service_spoke(seen: Outcome) -> bool:
+    """Whether the outcome is the service's, not a refusal of toolexec's own.
+
+    An inner layer's refusal (the retry budget) never reached the service: it
+    says nothing about its health. (A timeout is the service's even when the
+    call's deadline shortened the attempt: a hung service must still open it.)
+    """
+    return seen.ran
 
 
 class BreakerLayer(Layer):
@@ -76,7 +88,16 @@ class BreakerLayer(Layer):
         assert admission is not None
         if not admission.allowed:
             note.admission = None  # nothing to give back or record
-            return Outcome(failure=admission.refusal(), ran=False)
+            refusal = admission.refusal()
+            policy = attempt.spec.policy.breaker
+            refusal.wait_s = breaker_wait(
+                state=admission.state,
+                retry_after=admission.retry_after,
+                trips=admission.trips,
+                max_wait_s=policy.max_wait_s,
+                waited_s=attempt.ctx.waited_s,
+            )
+            return Outcome(failure=refusal, ran=False)
         note.seen = proceed()
         return note.seen
 
@@ -86,7 +107,9 @@ class BreakerLayer(Layer):
         if not isinstance(note, _Note) or note.admission is None:
             return
         admission = note.admission
-        if note.seen is None:  # an outer layer answered: this permit was never used
+        if note.seen is None or not _service_spoke(note.seen):
+            # an outer layer answered or an inner one refused:
+            # the service said nothing, so nothing is counted and a probe permit returns
             self.breakers.release_into(batch, admission)
             return
         if not _counted(note, admission, verdict):
