@@ -17,8 +17,9 @@ from toolexec.errors import ErrorType, UnavailableError
 from toolexec.execution import Executor
 from toolexec.keys import Keys
 from toolexec.layers import Defer, Final, Retry, Verdict
-from toolexec.policies import BreakerPolicy
+from toolexec.policies import BreakerPolicy, RetryBudgetPolicy
 from toolexec.registry import Registry, ToolSpec, tool
+from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
 from toolexec.runner import Runner
 
 TWO_CALLS = BreakerPolicy(consecutive_failures=2, failure_rate=None, open_s=30.0)
@@ -236,3 +237,44 @@ def test_a_wait_that_would_pass_the_deadline_ends_the_call_now(
     verdict = executor.attempt(spec, {}, ctx, 1)
     assert isinstance(verdict, Final) and verdict.result.error is not None
     assert verdict.result.error.type == ErrorType.CIRCUIT_OPEN
+
+
+def test_refusals_of_the_budget_count_only_as_the_services_last_real_error(
+    registry: Registry, breaker: CircuitBreaker, clock: ManualClock, rdb: redis.Redis, keys: Keys
+) -> None:
+    """A call the budget ends after its wait counts once, with the 503 its attempt met;
+    the refusal itself adds nothing, and a call still waiting counts nothing yet."""
+
+    @tool(
+        registry=registry,
+        timeout=5,
+        max_attempts=3,
+        backoff_base=0.01,
+        breaker=BreakerPolicy(consecutive_failures=5, failure_rate=None),
+        retry_budget=RetryBudgetPolicy(min_retries=1),
+    )
+    def down() -> str:
+        """Always 503."""
+        raise UnavailableError("HTTP 503 from the service")
+
+    spec = registry.get("down")
+    assert spec is not None
+    layers = [BreakerLayer(breaker), RetryBudgetLayer(RetryBudget(rdb, keys, clock=clock))]
+    executor = Executor(Runner(), clock, random.Random(7), layers=layers)
+
+    a = executor.attempt(spec, {}, _fresh(spec, clock), 1)
+    b = executor.attempt(spec, {}, _fresh(spec, clock), 1)
+    assert isinstance(a, Retry) and isinstance(b, Retry) and b.context.budget_for == 2
+    assert breaker.snapshot("down").calls == 0  # both calls go on: nothing counted yet
+
+    a_ends = executor.attempt(spec, {}, a.context, 2)  # its retry fails; no budget for more
+    assert isinstance(a_ends, Final) and a_ends.result.error is not None
+    assert a_ends.result.error.type == ErrorType.RETRY_BUDGET_EXHAUSTED
+    b_ends = executor.attempt(spec, {}, b.context, 2)  # owed: refused before it runs
+    assert isinstance(b_ends, Final) and b_ends.result.error is not None
+    assert b_ends.result.error.type == ErrorType.RETRY_BUDGET_EXHAUSTED
+    assert b_ends.result.attempts == 1
+    assert "HTTP 503 from the service" in b_ends.result.error.message
+
+    view = breaker.snapshot("down")
+    assert (view.calls, view.failures, view.consecutive) == (2, 2, 2)
