@@ -116,7 +116,8 @@ class RetryBudget:
     ) -> BudgetView | None:
         """Feed the budget one attempt that reached the service (None: nothing to record).
 
-        Ratio budgets count first attempts only; token budgets count every
+        Ratio budgets count first attempts only (the view then carries the calls,
+        not the retries: ask :meth:`peek` for those); token budgets count every
         outcome, a transient failure costing a token and a success refunding.
         """
         if policy.kind == "ratio":

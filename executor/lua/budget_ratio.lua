@@ -33,9 +33,16 @@ for i = 1, #raw, 2 do
   elseif field ~= 'seq' then table.insert(stale, field) end
 end
 if #stale > 0 then redis.call('HDEL', KEY, unpack(stale)) end
-if op == 'call' and once(KEYS[3], ARGV[7] or '', tonumber(ARGV[8] or '0'), now) then
-  redis.call('HINCRBY', KEY, 'c:' .. cur, 1)
-  sums.c = sums.c + 1
+if op == 'call' then
+  -- a healthy call's one write: its count. Nobody reads the reply (the worker queues it
+  -- in the settlement), so the retries' clean-up and counts are left to the ops that
+  -- answer a question; a set nobody spends from expires with its members long stale.
+  if once(KEYS[3], ARGV[7] or '', tonumber(ARGV[8] or '0'), now) then
+    redis.call('HINCRBY', KEY, 'c:' .. cur, 1)
+    sums.c = sums.c + 1
+  end
+  redis.call('PEXPIRE', KEY, math.ceil(window * 2000))
+  return {1, fmt(sums.c), '0', '0', fmt(sums.o), fmt(sums.f), '0'}
 elseif op == 'ok' and id ~= '' and redis.call('ZREM', RETRIES, id) == 1 then
   redis.call('HINCRBY', KEY, 'o:' .. cur, 1)
   sums.o = sums.o + 1
