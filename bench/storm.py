@@ -19,6 +19,12 @@ c. An outage: the service fails every call for 10 s under steady load from
    long after the outage goodput is back. Target: <= 1.1x with the budget,
    where attempts alone give about 3x.
 
+d. The default defences tell a blip from an outage: 100 calls at once to a
+   service that answers 503 once per key, then 200 (target: >= 95 ok, and a
+   later call ok at once); then 80 calls at once to a service that is down
+   (target: <= 1.5 requests per call), and 20 later calls (target: all
+   answered within 2.5 s, at most 2 of them reaching the service).
+
 Usage: ``python bench/storm.py [--quick] [--parts abc] [--redis-url URL]``;
 see ``--help``. Exits 0 whatever the figures (``--strict``: 1 when a target
 is missed), and non-zero when a call fails where it must not.
@@ -102,7 +108,7 @@ REFERENCE: dict[int, dict[str, tuple[float, float]]] = {
 
 @dataclass(frozen=True)
 class Config:
-    parts: str = "abc"
+    parts: str = "abcd"
     sim_clients: tuple[int, ...] = (10, 50, 100)
     sim_runs: int = 100
     row_agents: tuple[int, ...] = (20, 50)
@@ -116,6 +122,8 @@ class Config:
     workers: int = 2
     concurrency: int = 32
     seed: int = 2015
+    #: (d): calls of the blip, of the outage, and later calls during it
+    defaults_calls: tuple[int, int, int] = (100, 80, 20)
     redis_url: str | None = None
     strict: bool = False
 
@@ -130,6 +138,7 @@ QUICK: dict[str, Any] = {
     "outage_s": 2.0,
     "after_s": 3.0,
     "workers": 1,
+    "defaults_calls": (20, 16, 4),
 }
 
 
@@ -141,7 +150,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     add = parser.add_argument
     add("--quick", action="store_true", help=f"a fast smoke run: {QUICK}")
-    add("--parts", help="which parts to run, any of a, b, c (abc)")
+    add("--parts", help="which parts to run, any of a, b, c, d (abcd)")
     add("--sim-clients", type=_ints, help="(a) client counts, comma-separated (10,50,100)")
     add("--sim-runs", type=int, help="(a) runs per cell (100)")
     add("--row-agents", type=_ints, help="(b) agent counts, comma-separated (20,50)")
@@ -317,6 +326,8 @@ class StormService:
         self.scale = 1
         self.outage = (float("inf"), float("inf"))
         self.work_hits: list[float] = []
+        self.blip_seen: set[str] = set()
+        self.hits: Counter[str] = Counter()  # (d): requests per scenario
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.httpd.daemon_threads = True
         self.httpd.request_queue_size = 512
@@ -363,6 +374,18 @@ class StormService:
         self.hop()
         return (200 if ok else 409), {"version": version}
 
+    def defaults(self, path: str) -> tuple[int, dict[str, Any]]:
+        """(d): /blip/<key> answers 503 the first time per key, then 200; /down/ 503 always;
+        /fine/ 200 always."""
+        scenario = path.split("/")[1]
+        with self.lock:
+            self.hits[scenario] += 1
+            first = scenario == "blip" and path not in self.blip_seen
+            self.blip_seen.add(path)
+        if scenario == "down" or first:
+            return 503, {"error": scenario}
+        return 200, {"ok": True}
+
     def work(self) -> tuple[int, dict[str, Any]]:
         now = time.monotonic()
         with self.lock:
@@ -384,6 +407,9 @@ def _handler(service: StormService) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             path = urlsplit(self.path).path
+            if path.startswith(("/blip/", "/down/", "/fine/")):
+                self._answer(*service.defaults(path))
+                return
             self._answer(*(service.read() if path == "/row" else service.work()))
 
         def do_PUT(self) -> None:
@@ -651,6 +677,106 @@ def part_c(cfg: Config, client: ToolClient, service: StormService, report: Repor
     report.add("(c) an outage under steady load", markdown_table(headers, rows), notes)
 
 
+# --- (d) the default defences: a blip and an outage ------------------------------------
+
+BLIP_OK = 0.95  # of the blip's calls
+DOWN_PER_CALL = 1.5
+LATER_S = 2.5
+LATER_REACHED = 2
+
+
+def _outcomes(results: Sequence[ToolResult]) -> str:
+    kinds = Counter("ok" if r.ok else str(r.error.type if r.error else "?") for r in results)
+    return ", ".join(f"{kind} {n}" for kind, n in kinds.most_common())
+
+
+def _batch(
+    client: ToolClient, service: StormService, tool: str, paths: Sequence[str]
+) -> tuple[list[ToolResult], int, float]:
+    """The batch's results, the requests it cost the service, and its seconds."""
+    scenario = tool.removeprefix("defaults_")
+    before, started = service.hits[scenario], time.monotonic()
+    results = client.call_many([(tool, {"url": service.url(p)}) for p in paths], timeout=30)
+    return results, service.hits[scenario] - before, time.monotonic() - started
+
+
+def part_d(cfg: Config, client: ToolClient, service: StormService, report: Report) -> None:
+    tag = f"{time.time_ns():x}"
+    blip_calls, down_calls, later_calls = cfg.defaults_calls
+    progress(f"(d) a blip: {blip_calls} calls, 503 once per key")
+    blip, blip_hits, blip_s = _batch(
+        client, service, "defaults_blip", [f"/blip/{tag}-{i}" for i in range(blip_calls)]
+    )
+    after = client.call("defaults_blip", {"url": service.url(f"/fine/{tag}")}, timeout=10)
+    progress(f"(d) an outage: {down_calls} calls, then {later_calls} more")
+    down, down_hits, down_s = _batch(
+        client, service, "defaults_down", [f"/down/{tag}"] * down_calls
+    )
+    later, later_hits, later_s = _batch(
+        client, service, "defaults_down", [f"/down/{tag}"] * later_calls
+    )
+    ok = sum(r.ok for r in blip)
+    blip_pass = report.target(
+        "(d) blip", ok >= BLIP_OK * blip_calls and after.ok and after.attempts == 1
+    )
+    per_call = down_hits / down_calls
+    down_pass = report.target("(d) outage", per_call <= DOWN_PER_CALL)
+    later_pass = report.target("(d) later", later_s <= LATER_S and later_hits <= LATER_REACHED)
+    rows = [
+        [
+            f"blip: {blip_calls} calls",
+            str(ok),
+            str(blip_hits),
+            f"{blip_hits / blip_calls:.2f}",
+            f"{blip_s:.2f} s",
+            _outcomes(blip),
+            blip_pass,
+        ],
+        [
+            f"outage: {down_calls} calls",
+            "0",
+            str(down_hits),
+            f"{per_call:.2f}",
+            f"{down_s:.2f} s",
+            _outcomes(down),
+            down_pass,
+        ],
+        [
+            f"outage: {later_calls} later calls",
+            str(sum(r.ok for r in later)),
+            str(later_hits),
+            f"{later_hits / later_calls:.2f}",
+            f"{later_s:.2f} s",
+            _outcomes(later),
+            later_pass,
+        ],
+    ]
+    headers = [
+        "batch",
+        "ok",
+        "requests at the service",
+        "per call",
+        "seconds",
+        "outcomes",
+        "target",
+    ]
+    notes = [
+        "a user's tool at the default policies but max_attempts=4 (retry budget: 10% of the "
+        "calls of 10 s, at least 10, retries that work given back; breaker: 5 in a row or 50% "
+        "of 20 with at least 10, open 2 s growing x2 per consecutive trip up to 60 s, one "
+        "probe success closes it; a refused call may wait up to 5 s for budget or 2 s for a "
+        "first trip's probe)",
+        f"after the blip, a call to a healthy key: {'ok' if after.ok else 'FAILED'} in "
+        f"{after.elapsed_ms:.0f} ms, {after.attempts} attempt(s)",
+        f"targets: blip >= {BLIP_OK:.0%} ok and the later call ok; outage <= {DOWN_PER_CALL} "
+        f"requests per call; later calls all answered within {LATER_S:g} s, at most "
+        f"{LATER_REACHED} reaching the service",
+    ]
+    report.add(
+        "(d) the default defences: a blip and an outage", markdown_table(headers, rows), notes
+    )
+
+
 SETUP_NAMES = {
     "attempts": "3 attempts alone",
     "budget": "+ ratio budget",
@@ -688,6 +814,8 @@ def run_workers(cfg: Config, report: Report, url: str, tmp: Path) -> None:
                 part_b(cfg, client, service, report)
             if "c" in cfg.parts:
                 part_c(cfg, client, service, report)
+            if "d" in cfg.parts:
+                part_d(cfg, client, service, report)
     finally:
         forget(url, settings)
 
@@ -698,7 +826,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "a" in cfg.parts:
         part_a(cfg, report)
     info: list[tuple[str, str]] = []
-    if "b" in cfg.parts or "c" in cfg.parts:
+    if any(part in cfg.parts for part in "bcd"):
         with redis_server(cfg.redis_url) as server, tempfile.TemporaryDirectory() as tmp:
             run_workers(cfg, report, server.url, Path(tmp))
             info = machine_info(server.url)

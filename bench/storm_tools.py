@@ -7,6 +7,8 @@ practice and no budget or breaker (they would cut the contention short).
 ``outage_<setup>`` calls an endpoint that an outage takes down, with four
 setups of the same three attempts: alone, with the retry budget (a ratio, or a
 token bucket), and with the ratio budget and a circuit breaker.
+``defaults_<blip|down>`` are a user's tools at the default policies but for
+four attempts, for (d).
 """
 
 from __future__ import annotations
@@ -119,3 +121,8 @@ for _setup, (_budget, _breaker) in OUTAGE_SETUPS.items():
         breaker=_breaker,
         retry_budget=_budget,
     )(_work())
+
+
+#: (d): a user's tool at the default policies but for four attempts.
+for _scenario in ("blip", "down"):
+    tool(name=f"defaults_{_scenario}", max_attempts=4)(_work())

@@ -151,6 +151,12 @@ class CallContext:
     #: attempts: one refused without running (an open breaker) still tells the model what
     #: actually failed.
     last_error: dict[str, Any] | None = None
+    #: The attempt that must take a retry from the retry budget before it runs: the
+    #: budget refused it when the call failed, and the call chose to wait for budget.
+    budget_for: int | None = None
+    #: Seconds this call has waited on toolexec's own defences (budget, breaker); each
+    #: defence's ``max_wait_s`` bounds it (``toolexec.waits``).
+    waited_s: float = 0.0
 
     def __post_init__(self) -> None:
         # a message's times become TTLs and sorted-set scores: NaN or 1e300 must stop here
@@ -196,6 +202,19 @@ class CallContext:
             previous_delay=delay,
             backoff_s=self.backoff_s + delay,
             last_error=error or self.last_error,
+        )
+
+    def owing(self, attempt: int, wait: float) -> CallContext:
+        """Before waiting ``wait`` s for budget for the retry that is ``attempt``."""
+        return replace(self, budget_for=attempt, waited_s=self.waited_s + wait)
+
+    def waiting(self, wait: float) -> CallContext:
+        """Before waiting ``wait`` s in the queue on a defence; uses no attempt."""
+        return replace(
+            self,
+            deferrals=self.deferrals + 1,
+            waited_s=self.waited_s + wait,
+            backoff_s=self.backoff_s + wait,
         )
 
     def deferred(self, attempt: int) -> CallContext:

@@ -258,6 +258,8 @@ class RetryBudgetExhaustedError(TransientError):
     """
 
     error_type = ErrorType.RETRY_BUDGET_EXHAUSTED
+    #: Seconds the call may wait for budget instead of ending (``toolexec.waits``); None: end.
+    wait_s: float | None = None
 
 
 class CircuitOpenError(TransientError):
@@ -269,6 +271,8 @@ class CircuitOpenError(TransientError):
     """
 
     error_type = ErrorType.CIRCUIT_OPEN
+    #: Seconds the call may wait for the breaker's next probe (``toolexec.waits``); None: end.
+    wait_s: float | None = None
 
 
 class PermanentError(ToolException):

@@ -26,8 +26,10 @@ from toolexec.classify import classify_exception, classify_response
 from toolexec.clock import Clock, SystemClock
 from toolexec.context import CallContext
 from toolexec.errors import (
+    CircuitOpenError,
     ErrorType,
     InvalidArgumentsError,
+    RetryBudgetExhaustedError,
     ThrottledError,
     ToolException,
     ToolTimeoutError,
@@ -291,6 +293,8 @@ class Executor:
         failure = outcome.failure
         if isinstance(failure, ThrottledError):
             return _throttled(failure, ctx, attempt, end)
+        if isinstance(failure, _WAITABLE) and not outcome.ran:
+            return self._wait_or_end(failure, ctx, attempt, end)
         if failure is None:
             return Final(
                 ToolResult(
@@ -356,7 +360,7 @@ class Executor:
         )
         refusal = self._gate(current, failure) if decision.retry else None
         if refusal is not None:
-            return Final(error_result(ctx, error_info(refusal), attempts=attempt, now=now))
+            return self._refused_retry(refusal, failure, decision.delay, ctx, attempt, now)
         if decision.retry:
             return Retry(
                 decision.delay, failure, ctx.before_retry(decision.delay, _error_json(failure))
@@ -366,6 +370,47 @@ class Executor:
         else:
             info = with_last_error(error_info(failure), ctx)
         return Final(error_result(ctx, info, attempts=attempt, now=now))
+
+    def _spread(self, wait: float) -> float:
+        """A wait on a defence, spread over a quarter more so the waiters do not return at once."""
+        return wait * (1.0 + 0.25 * self.rng.random())
+
+    def _refused_retry(
+        self,
+        refusal: ToolException,
+        failure: ToolException,
+        delay: float,
+        ctx: CallContext,
+        attempt: int,
+        now: float,
+    ) -> Verdict:
+        """A retry a layer refused: wait for it when the refusal allows and the deadline fits.
+
+        The retry then comes back owing the budget (``CallContext.budget_for``):
+        it asks again in its admission round trip, and runs only if granted.
+        """
+        wait = getattr(refusal, "wait_s", None)
+        if wait is not None:
+            delay = max(delay, self._spread(wait))
+            if now + delay < ctx.deadline:
+                carried = ctx.before_retry(delay, _error_json(failure))
+                return Retry(delay, failure, carried.owing(attempt + 1, delay))
+        return Final(error_result(ctx, error_info(refusal), attempts=attempt, now=now))
+
+    def _wait_or_end(
+        self, refusal: ToolException, ctx: CallContext, attempt: int, now: float
+    ) -> Verdict:
+        """A defence refused this attempt before it ran: wait in the queue, or end saying so.
+
+        The wait (``toolexec.waits``) uses no attempt, like a rate limit's deferral.
+        """
+        wait = getattr(refusal, "wait_s", None)
+        if wait is not None:
+            delay = self._spread(wait)
+            if now + delay < ctx.deadline:
+                return Defer(delay, ctx.waiting(delay))
+        info = with_last_error(error_info(refusal), ctx)
+        return Final(error_result(ctx, info, attempts=attempt - 1, now=now))
 
     def _gate(self, current: Attempt | None, failure: ToolException) -> ToolException | None:
         """The first refusal of a retry the policy wants, asking layers outermost first.
@@ -380,6 +425,10 @@ class Executor:
             if refusal is not None:
                 return refusal
         return None
+
+
+#: Refusals of toolexec's own defences that a call may wait out (``toolexec.waits``).
+_WAITABLE = (CircuitOpenError, RetryBudgetExhaustedError)
 
 
 def _throttled(failure: ThrottledError, ctx: CallContext, attempt: int, now: float) -> Verdict:

@@ -124,10 +124,17 @@ class BreakerPolicy:
     window_size: int = 20
     min_calls: int = 10
     slow_call_s: float | None = None
-    open_s: float = 30.0
+    #: The first open; each trip that follows without a calm spell in between stays
+    #: open ``open_factor`` times longer, up to ``max_open_s`` (docs/breaker.md).
+    open_s: float = 2.0
+    open_factor: float = 2.0
+    max_open_s: float = 60.0
     half_open_probes: int = 2
-    close_after: int = 2
+    close_after: int = 1
     probe_lease_s: float = 60.0
+    #: Longest a call refused by this breaker waits for its next probe instead of
+    #: failing at once (only on a first trip, or while a probe is in flight); 0: never.
+    max_wait_s: float = 2.0
 
     def __post_init__(self) -> None:
         problems = [message for bad, message in self._checks() if bad]
@@ -153,6 +160,18 @@ class BreakerPolicy:
                 f"open_s must be positive and finite, not {self.open_s}",
             ),
             (
+                not 1 <= self.open_factor <= 100,
+                f"open_factor must be in 1..100, not {self.open_factor}",
+            ),
+            (
+                not 0 < self.max_open_s <= MAX_SECONDS,
+                f"max_open_s must be positive and finite, not {self.max_open_s}",
+            ),
+            (
+                not 0 <= self.max_wait_s <= MAX_SECONDS,
+                f"max_wait_s must be >= 0 and finite, not {self.max_wait_s}",
+            ),
+            (
                 self.half_open_probes < 1,
                 f"half_open_probes must be >= 1, not {self.half_open_probes}",
             ),
@@ -166,6 +185,17 @@ class BreakerPolicy:
                 "an enabled breaker needs consecutive_failures or failure_rate",
             ),
         ]
+
+    def open_for(self, trips: int) -> float:
+        """Seconds the ``trips``-th consecutive trip keeps it open (Envoy's growing ejection).
+
+        A first trip is short, so a blip that opened it costs a probe soon; each
+        trip that follows without a calm spell in between doubles it (by default),
+        so a service that stays down is asked less and less often. Never shorter
+        than ``open_s``, never longer than ``max_open_s`` (or ``open_s`` if larger).
+        """
+        exponent = min(max(trips, 1) - 1, 64)
+        return min(max(self.open_s, self.max_open_s), self.open_s * self.open_factor**exponent)
 
     def is_slow(self, duration_s: float) -> bool:
         """Whether a call that took ``duration_s`` counts as a failure for being slow."""
@@ -198,6 +228,9 @@ class RetryBudgetPolicy:
     max_tokens: float = 100.0
     token_ratio: float = 0.1
     key_argument: str | None = None
+    #: Longest a call whose retry a ratio budget refused waits for budget instead of
+    #: ending at once, while the retries it waits for are succeeding; 0: never.
+    max_wait_s: float = 5.0
 
     def __post_init__(self) -> None:
         problems = [message for bad, message in self._checks() if bad]
@@ -223,6 +256,10 @@ class RetryBudgetPolicy:
             (
                 not 0 < self.token_ratio <= 1,
                 f"token_ratio must be in (0, 1], not {self.token_ratio}",
+            ),
+            (
+                not 0 <= self.max_wait_s <= MAX_SECONDS,
+                f"max_wait_s must be >= 0 and finite, not {self.max_wait_s}",
             ),
         ]
 

@@ -45,6 +45,7 @@ from toolexec.keys import BUDGET_IDLE_TTL_S, Keys
 from toolexec.layers import Attempt, Layer, Outcome, Proceed, Verdict
 from toolexec.lua import register, script_source
 from toolexec.policies import RetryBudgetPolicy
+from toolexec.waits import budget_wait, failing_share
 
 __all__ = ["BudgetView", "RetryBudget", "RetryBudgetLayer", "budget_name"]
 
@@ -67,13 +68,22 @@ class BudgetView:
     retries: float = 0.0
     allowance: float = 0.0
     tokens: float | None = None
+    #: Retries that settled in the window: those that worked and those that failed.
+    succeeded: float = 0.0
+    failed: float = 0.0
+    #: Seconds until the oldest retry the window holds leaves it (0: none).
+    frees_in: float = 0.0
 
-    def describe(self) -> str:
+    def describe(self, window_s: float) -> str:
+        """The numbers a refusal reports: how many retries, how many failing, for what."""
         if self.tokens is not None:
             return f"{self.tokens:.1f} tokens left, retries need more than half"
+        share = failing_share(self.failed, self.succeeded)
+        failing = "" if share is None else f", {share:.0%} of those settled failing"
         return (
-            f"{self.retries:.0f} retries for {self.calls:.0f} calls in its window "
-            f"(allowance {self.allowance:.1f})"
+            f"{self.retries:.0f} retries in flight or failed in the last {window_s:g} s for "
+            f"{self.name!r}{failing}; the allowance is {self.allowance:.1f} "
+            f"for {self.calls:.0f} calls"
         )
 
 
@@ -106,20 +116,58 @@ class RetryBudget:
     ) -> BudgetView | None:
         """Feed the budget one attempt that reached the service (None: nothing to record).
 
-        Ratio budgets count first attempts only; token budgets count every
+        Ratio budgets count first attempts only (the view then carries the calls,
+        not the retries: ask :meth:`peek` for those); token budgets count every
         outcome, a transient failure costing a token and a success refunding.
         """
         if policy.kind == "ratio":
             return self._ask(name, policy, "call") if first_attempt else None
         return self._ask(name, policy, "fail" if failed else "succeed")
 
-    def spend(self, name: str, policy: RetryBudgetPolicy, batch: Batch | None = None) -> BudgetView:
+    def spend(
+        self,
+        name: str,
+        policy: RetryBudgetPolicy,
+        batch: Batch | None = None,
+        retry_id: str = "",
+    ) -> BudgetView:
         """Whether one retry may go ahead now; a ratio budget counts it if so.
 
         With ``batch``, its queued commands (the attempt's own count) go in the
-        same round trip, first.
+        same round trip, first. ``retry_id`` names the retry so that its outcome
+        (:meth:`settle_into`) can give its place back when it works.
         """
-        return self._ask(name, policy, "spend", batch)
+        return self._ask(name, policy, "spend", batch, retry_id)
+
+    def spend_into(
+        self,
+        batch: Batch,
+        name: str,
+        policy: RetryBudgetPolicy,
+        retry_id: str,
+        answer: Callable[[BudgetView], None],
+    ) -> None:
+        """:meth:`spend` queued on ``batch``; ``answer`` gets the view when it runs."""
+        if not policy.enabled or self.fail_open.down():
+            answer(BudgetView(name=name, kind=policy.kind, allowed=True))
+            return
+        self._queue(
+            batch,
+            name,
+            policy,
+            "spend",
+            lambda raw: answer(_view(name, policy, raw)),
+            None,
+            retry_id,
+        )
+
+    def settle_into(
+        self, batch: Batch, name: str, policy: RetryBudgetPolicy, retry_id: str, outcome: str
+    ) -> None:
+        """A granted retry's outcome on a ratio budget: ``ok`` gives its place back (it paid
+        its way), ``fail`` keeps it for the window, ``release`` returns an unused grant."""
+        if policy.kind == "ratio" and policy.enabled and not self.fail_open.down():
+            self._queue(batch, name, policy, outcome, None, None, retry_id)
 
     def peek(self, name: str, policy: RetryBudgetPolicy) -> BudgetView:
         """Whether a retry would be allowed now, changing nothing."""
@@ -147,14 +195,27 @@ class RetryBudget:
             self._queue(batch, name, policy, op, None, write)
 
     def _ask(
-        self, name: str, policy: RetryBudgetPolicy, op: str, batch: Batch | None = None
+        self,
+        name: str,
+        policy: RetryBudgetPolicy,
+        op: str,
+        batch: Batch | None = None,
+        retry_id: str = "",
     ) -> BudgetView:
         blind = BudgetView(name=name, kind=policy.kind, allowed=True)
         if not policy.enabled or self.fail_open.down():
             return blind
         views = [blind]
         batch = Batch() if batch is None else batch
-        self._queue(batch, name, policy, op, lambda raw: views.append(_view(name, policy, raw)))
+        self._queue(
+            batch,
+            name,
+            policy,
+            op,
+            lambda raw: views.append(_view(name, policy, raw)),
+            None,
+            retry_id,
+        )
         batch.execute()
         return views[-1]
 
@@ -166,6 +227,7 @@ class RetryBudget:
         op: str,
         on_reply: Callable[[Any], None] | None,
         write: tuple[str, float] | None = None,
+        retry_id: str = "",
     ) -> None:
         now = "" if self.clock is None else repr(float(self.clock.now()))
         keys = [self.keys.budget(name), self.keys.budget_retries(name), self.keys.budget_done(name)]
@@ -179,6 +241,10 @@ class RetryBudget:
         if write is not None:
             args += [write[0], repr(float(write[1]))]
             held = "retry budget record"
+        elif retry_id:
+            args += ["", "0"]
+        if retry_id and policy.kind == "ratio":
+            args.append(retry_id)  # a settle lost with its connection keeps the place: safe
         batch.script(self.redis, script, keys, args, on_reply, self._failed, held=held)
 
     def _failed(self, exc: Exception) -> None:
@@ -189,24 +255,61 @@ class RetryBudget:
         self.redis.delete(self.keys.budget(name), self.keys.budget_retries(name))
 
 
+@dataclass
+class _Owed:
+    """A retry the budget refused earlier, asked for again in this attempt's admission."""
+
+    view: BudgetView | None = None
+    used: bool = False
+
+
+def retry_id(attempt: Attempt, number: int) -> str:
+    """The name of a call's retry that is attempt ``number``: its place in the budget."""
+    return f"{attempt.ctx.call_id}:{number}"
+
+
 class RetryBudgetLayer(Layer):
     """Feeds each tool's budget on the way back, and has a say in its retries.
 
     ``around`` notes attempts that reached the service (not those a breaker
     or the rate limiter refused), and ``record`` counts them in the
-    attempt's settlement round trip; ``allow_retry`` answers whether a retry
+    attempt's settlement round trip: a first attempt as a call, a retry as
+    worked (its place in the budget given back: it paid its way) or failed
+    (its place kept for the window). ``allow_retry`` answers whether a retry
     the policy wants may spend the budget, counting the attempt first in the
     same round trip (a retry is the one path where the budget costs a round
-    trip of its own).
+    trip of its own). A refused retry may wait for budget (``toolexec.waits``):
+    the call comes back owing it (``CallContext.budget_for``), and that
+    attempt asks for it in its admission round trip before it runs.
     Tools that cannot retry (``max_attempts`` 1) are left alone.
     """
 
     name = "retry_budget"
+    owed = "retry_budget.owed"
 
     def __init__(self, budget: RetryBudget) -> None:
         self.budget = budget
 
+    def admit(self, attempt: Attempt, batch: Batch) -> None:
+        if attempt.ctx.budget_for != attempt.number or not _budgeted(attempt):
+            return
+        owed = _Owed()
+        attempt.notes[self.owed] = owed
+        policy = attempt.spec.policy.retry_budget
+        name = budget_name(attempt.tool, policy, attempt.arguments)
+
+        def answer(view: BudgetView) -> None:
+            owed.view = view
+
+        self.budget.spend_into(batch, name, policy, retry_id(attempt, attempt.number), answer)
+
     def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
+        owed = attempt.notes.get(self.owed)
+        if isinstance(owed, _Owed) and owed.view is not None and not owed.view.allowed:
+            last = attempt.ctx.last_error or {}
+            return Outcome(failure=self._refusal(attempt, owed.view, last), ran=False)
+        if isinstance(owed, _Owed):
+            owed.used = True
         outcome = proceed()
         if outcome.ran and _budgeted(attempt):
             attempt.notes[self.name] = outcome  # recorded by allow_retry or record
@@ -214,54 +317,93 @@ class RetryBudgetLayer(Layer):
 
     def record(self, attempt: Attempt, outcome: Outcome, verdict: Verdict, batch: Batch) -> None:
         """Feed the budget in the settlement round trip, unless ``allow_retry`` already did."""
-        seen = attempt.notes.pop(self.name, None)
-        if isinstance(seen, Outcome):
-            policy = attempt.spec.policy.retry_budget
-            self.budget.record_into(
-                batch,
-                budget_name(attempt.tool, policy, attempt.arguments),
-                policy,
-                first_attempt=attempt.number == 1,
-                failed=counts_as_failure(seen.failure),
-                write=attempt.write,
+        owed = attempt.notes.pop(self.owed, None)
+        policy = attempt.spec.policy.retry_budget
+        name = budget_name(attempt.tool, policy, attempt.arguments)
+        if isinstance(owed, _Owed) and not owed.used and owed.view and owed.view.allowed:
+            # granted in the admission, but an outer layer answered first: give it back
+            self.budget.settle_into(
+                batch, name, policy, retry_id(attempt, attempt.number), "release"
             )
+        self._queue_seen(attempt, name, batch, attempt.write)
 
-    def _record_first(self, attempt: Attempt, name: str, batch: Batch) -> None:
-        """A retry is asked about: the attempt counts first, as it always did."""
+    def _queue_seen(
+        self, attempt: Attempt, name: str, batch: Batch, write: tuple[str, float] | None
+    ) -> None:
+        """Count the attempt the service saw: a call, or a retry that worked or failed."""
         seen = attempt.notes.pop(self.name, None)
-        if isinstance(seen, Outcome):
-            self.budget.record_into(
-                batch,
-                name,
-                attempt.spec.policy.retry_budget,
-                first_attempt=attempt.number == 1,
-                failed=counts_as_failure(seen.failure),
-            )
+        if not isinstance(seen, Outcome):
+            return
+        policy = attempt.spec.policy.retry_budget
+        failed = counts_as_failure(seen.failure)
+        self.budget.record_into(
+            batch, name, policy, first_attempt=attempt.number == 1, failed=failed, write=write
+        )
+        if attempt.number > 1:
+            outcome = "fail" if failed else "ok"
+            self.budget.settle_into(batch, name, policy, retry_id(attempt, attempt.number), outcome)
 
     def allow_retry(
         self, attempt: Attempt, failure: ToolException
     ) -> RetryBudgetExhaustedError | None:
-        """None when the retry may go ahead; else the error that ends the call now."""
+        """None when the retry may go ahead; else the error that ends the call, or makes it
+        wait for budget when its ``wait_s`` is set."""
         if not _budgeted(attempt):
             return None
         policy = attempt.spec.policy.retry_budget
         name = budget_name(attempt.tool, policy, attempt.arguments)
         batch = Batch()  # the count and the question in one round trip
-        self._record_first(attempt, name, batch)
-        view = self.budget.spend(name, policy, batch)
+        self._queue_seen(attempt, name, batch, None)
+        view = self.budget.spend(name, policy, batch, retry_id(attempt, attempt.number + 1))
         if view.allowed:
             return None
-        return RetryBudgetExhaustedError(
-            f"{failure.error_type}: {failure.message} — not retried: the retry budget of "
-            f"{name!r} is spent ({view.describe()}); many calls to this service are failing",
+        last = {"type": str(failure.error_type), "message": failure.message}
+        return self._refusal(attempt, view, last)
+
+    @staticmethod
+    def _refusal(
+        attempt: Attempt, view: BudgetView, last: dict[str, Any]
+    ) -> RetryBudgetExhaustedError:
+        """``retry_budget_exhausted``: toolexec's budget, its numbers, when it frees a place."""
+        policy = attempt.spec.policy.retry_budget
+        wait = None
+        if view.kind == "ratio":
+            wait = budget_wait(
+                retries=view.retries,
+                failed=view.failed,
+                succeeded=view.succeeded,
+                frees_in=view.frees_in,
+                max_wait_s=policy.max_wait_s,
+                waited_s=attempt.ctx.waited_s,
+            )
+        reopens = round(view.frees_in, 3) if view.kind == "ratio" and view.retries else None
+        when = f"; it allows a retry again in {reopens:.1f} s" if reopens is not None else ""
+        share = failing_share(view.failed, view.succeeded)
+        error = RetryBudgetExhaustedError(
+            f"retry_budget_exhausted: not retried by toolexec's retry budget: "
+            f"{view.describe(policy.window_s)}{when}; last error: "
+            f"{last.get('type')}: {last.get('message')}",
+            retry_after=reopens,
             suggestion="The service is failing for many callers and toolexec has stopped "
             "retrying it so it can recover: use another tool or answer without this one, "
             "and call it again later if still needed.",
             details={
-                "budget": name,
-                "last_error": {"type": str(failure.error_type), "message": failure.message},
+                "defence": "retry_budget",
+                "budget": view.name,
+                "retries": view.retries,
+                "failed": view.failed,
+                "succeeded": view.succeeded,
+                "failing_share": None if share is None else round(share, 3),
+                "calls": view.calls,
+                "allowance": view.allowance,
+                "window_s": policy.window_s,
+                "reopens_in_s": reopens,
+                "waited_s": round(attempt.ctx.waited_s, 3),
+                "last_error": last,
             },
         )
+        error.wait_s = wait
+        return error
 
 
 def _view(name: str, policy: RetryBudgetPolicy, raw: Any) -> BudgetView:
@@ -273,10 +415,14 @@ def _view(name: str, policy: RetryBudgetPolicy, raw: Any) -> BudgetView:
             calls=float(raw[1]),
             retries=float(raw[2]),
             allowance=float(raw[3]),
+            succeeded=float(raw[4]),
+            failed=float(raw[5]),
+            frees_in=float(raw[6]),
         )
     return BudgetView(name=name, kind="tokens", allowed=bool(int(raw[0])), tokens=float(raw[1]))
 
 
 def _budgeted(attempt: Attempt) -> bool:
+    """Only tools that can retry have a budget to ask."""
     policy = attempt.spec.policy
     return policy.retry_budget.enabled and policy.retry.max_attempts > 1

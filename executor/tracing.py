@@ -425,7 +425,9 @@ def _describe_verdict(span: Span, verdict: Verdict) -> None:
         event("backoff", delay_s=verdict.delay, error_type=str(verdict.error.error_type))
     elif isinstance(verdict, Defer):
         span.set_attribute("toolexec.outcome", "deferred")
-        event("rate_limit.deferred", delay_s=verdict.delay)
+        # a rate limit keeps a slot for the attempt; a budget or breaker wait keeps none
+        what = "rate_limit.deferred" if verdict.context.slot_for else "defence.wait"
+        event(what, delay_s=verdict.delay)
     elif isinstance(verdict, NoReply):
         span.set_attribute("toolexec.outcome", "answered_elsewhere")
         event("idempotency.joined", reason=verdict.reason)

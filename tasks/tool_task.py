@@ -99,7 +99,11 @@ class ToolTask(Task):  # type: ignore[misc]
         runtime.flush(settlement, ctx, verdict.delay if isinstance(verdict, Defer) else 0.0)
         if isinstance(verdict, Defer):
             # Celery counts a deferral as a retry though it used no attempt: always allow it
-            why = f"rate limited by toolexec; waiting {verdict.delay:.3f} s for a slot"
+            why = (
+                f"rate limited by toolexec; waiting {verdict.delay:.3f} s for a slot"
+                if verdict.context.slot_for
+                else f"waiting {verdict.delay:.3f} s on toolexec's retry budget or breaker"
+            )
             self._again(ctx, verdict.context, verdict.delay, int(self.request.retries) + 1, why)
         log.info("call %s tool=%s: answered elsewhere (%s)", ctx.call_id, ctx.tool, verdict.reason)
         return {"status": "no_reply", "reason": verdict.reason}

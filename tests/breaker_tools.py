@@ -19,6 +19,8 @@ from toolexec.policies import BreakerPolicy
 QUEUE = "breakers"
 
 #: Opens after 3 failures in a row for 2 s; 2 probes at a time, 2 successes close it.
+#: A refused call ends at once (max_wait_s 0): these tests count refusals and probes
+#: exactly; calls that wait for a probe are test_defences_adapt's.
 SHARED = BreakerPolicy(
     consecutive_failures=3,
     failure_rate=None,
@@ -26,6 +28,7 @@ SHARED = BreakerPolicy(
     half_open_probes=2,
     close_after=2,
     probe_lease_s=10.0,
+    max_wait_s=0.0,
 )
 
 #: Like SHARED, open for 4 s: room for a dozen refused calls even on a loaded machine.

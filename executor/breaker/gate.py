@@ -42,6 +42,7 @@ from toolexec.connection import fail_fast_client
 from toolexec.errors import CircuitOpenError
 from toolexec.keys import Keys
 from toolexec.policies import BreakerPolicy
+from toolexec.waits import breaker_wait
 
 __all__ = ["BreakerGate", "GateVerdict", "gate_verdict", "refusal_for"]
 
@@ -56,7 +57,6 @@ def refusal_for(
     """The refusal an open breaker gives, or None when it would admit the call."""
     view = breakers.check(breaker_name(tool, key, arguments), policy)
     return None if view.admits else view.refusal()
-
 
 
 log = logging.getLogger("toolexec.client")
@@ -83,6 +83,7 @@ class GateVerdict(Enum):
 class Gate:
     verdict: GateVerdict
     retry_after: float | None = None
+    trips: int = 0
 
 
 def gate_verdict(raw: str | None, now: float) -> Gate:
@@ -90,8 +91,9 @@ def gate_verdict(raw: str | None, now: float) -> Gate:
     if not raw:
         return Gate(GateVerdict.ADMIT)  # no gate: the breaker is closed (or gone)
     try:
-        state, until_text, isolated = raw.split(" ")
+        state, until_text, isolated, *rest = raw.split(" ")
         open_until = float(until_text)
+        trips = int(rest[0]) if rest else 0
     except ValueError:
         return Gate(GateVerdict.ASK)
     if state == BreakerState.CLOSED:
@@ -99,8 +101,25 @@ def gate_verdict(raw: str | None, now: float) -> Gate:
     if state == BreakerState.OPEN and isolated == "1":
         return Gate(GateVerdict.DENY)
     if state == BreakerState.OPEN and now < open_until - SKEW_MARGIN_S:
-        return Gate(GateVerdict.DENY, open_until - now)
+        return Gate(GateVerdict.DENY, open_until - now, trips)
     return Gate(GateVerdict.ASK)
+
+
+def _worth_waiting(refusal: CircuitOpenError, policy: BreakerPolicy) -> bool:
+    """Whether a worker would let this call wait for the breaker's next probe.
+
+    Then the client sends it instead of refusing: a first, short trip may be a
+    blip, and the call's own deadline decides on the worker (``toolexec.waits``).
+    """
+    details = refusal.details
+    wait = breaker_wait(
+        state=details.get("state"),
+        retry_after=refusal.retry_after,
+        trips=int(details.get("trips") or 0),
+        max_wait_s=policy.max_wait_s,
+        waited_s=0.0,
+    )
+    return wait is not None
 
 
 class BreakerGate:
@@ -138,13 +157,18 @@ class BreakerGate:
         found, raw = self._gate(self.keys.breaker_gate(name))
         gate = gate_verdict(raw, self.clock.now()) if found else Gate(GateVerdict.ASK)
         if gate.verdict is GateVerdict.ASK:
-            return refusal_for(self.breakers, tool, policy, key_argument, arguments)
-        if gate.verdict is GateVerdict.ADMIT:
+            refused = refusal_for(self.breakers, tool, policy, key_argument, arguments)
+        elif gate.verdict is GateVerdict.ADMIT:
             return None
-        view = BreakerView(
-            name=name, state=BreakerState.OPEN, admits=False, retry_after=gate.retry_after
-        )
-        return view.refusal()
+        else:
+            refused = BreakerView(
+                name=name,
+                state=BreakerState.OPEN,
+                admits=False,
+                retry_after=gate.retry_after,
+                trips=gate.trips,
+            ).refusal()
+        return None if refused is None or _worth_waiting(refused, policy) else refused
 
     def close(self) -> None:
         with self._lock:

@@ -11,7 +11,10 @@ retried is therefore not recorded; only the call's last attempt is, once the
 executor's verdict says the call is over (:meth:`BreakerLayer.record`). A
 half-open probe is the exception: it is recorded whatever the verdict,
 because the probe's question, "is the service back?", has been answered by
-that one attempt.
+that one attempt. Nothing toolexec refused or cut short itself is counted
+(:func:`_service_spoke`): a budget's refusal, for one. A call that such a
+refusal ends counts once, with the service's last real error
+(:func:`_ended_by_refusal`).
 
 The permit is asked for in the attempt's admission round trip and the outcome
 recorded in its settlement round trip (``toolexec.batch``), so the breaker
@@ -28,7 +31,9 @@ from toolexec.batch import Batch
 from toolexec.breaker.policy import breaker_name, counts_as_failure
 from toolexec.breaker.store import CircuitBreaker
 from toolexec.breaker.views import Admission
-from toolexec.layers import Attempt, Layer, Outcome, Proceed, Retry, Verdict
+from toolexec.errors import TRANSIENT_TYPES, RetryBudgetExhaustedError, ToolException
+from toolexec.layers import Attempt, Final, Layer, Outcome, Proceed, Retry, Verdict
+from toolexec.waits import breaker_wait
 
 __all__ = ["BreakerLayer"]
 
@@ -47,6 +52,37 @@ def _counted(note: _Note, admission: Admission, verdict: Verdict) -> bool:
     assert note.seen is not None
     failed = counts_as_failure(note.seen.failure)
     return not (failed and isinstance(verdict, Retry) and not admission.probe)
+
+
+def _service_spoke(seen: Outcome) -> bool:
+    """Whether the outcome is the service's, not a refusal of toolexec's own.
+
+    An inner layer's refusal (the retry budget) never reached the service: it
+    says nothing about its health. (A timeout is the service's even when the
+    call's deadline shortened the attempt: a hung service must still open it.)
+    """
+    return seen.ran
+
+
+def _ended_by_refusal(
+    attempt: Attempt, note: _Note, admission: Admission, verdict: Verdict
+) -> bool:
+    """A call that waited for budget and was then refused: it counts its last real failure.
+
+    The refusal is toolexec's, but the service did fail the call's earlier
+    attempt, and a breaker counts calls: without this, calls an outage's budget
+    ends would never open it. A probe permit is not spent on it (the probe's
+    question was not asked): that attempt gives its permit back instead.
+    """
+    seen = note.seen
+    return (
+        seen is not None
+        and not seen.ran
+        and isinstance(seen.failure, RetryBudgetExhaustedError)
+        and isinstance(verdict, Final)
+        and not admission.probe
+        and (attempt.ctx.last_error or {}).get("type") in TRANSIENT_TYPES
+    )
 
 
 class BreakerLayer(Layer):
@@ -76,7 +112,16 @@ class BreakerLayer(Layer):
         assert admission is not None
         if not admission.allowed:
             note.admission = None  # nothing to give back or record
-            return Outcome(failure=admission.refusal(), ran=False)
+            refusal = admission.refusal()
+            policy = attempt.spec.policy.breaker
+            refusal.wait_s = breaker_wait(
+                state=admission.state,
+                retry_after=admission.retry_after,
+                trips=admission.trips,
+                max_wait_s=policy.max_wait_s,
+                waited_s=attempt.ctx.waited_s,
+            )
+            return Outcome(failure=refusal, ran=False)
         note.seen = proceed()
         return note.seen
 
@@ -86,18 +131,38 @@ class BreakerLayer(Layer):
         if not isinstance(note, _Note) or note.admission is None:
             return
         admission = note.admission
-        if note.seen is None:  # an outer layer answered: this permit was never used
+        if note.seen is not None and _ended_by_refusal(attempt, note, admission, verdict):
+            self._count(attempt, note, admission, batch, success=False, failure=None)
+            return
+        if note.seen is None or not _service_spoke(note.seen):
+            # an outer layer answered or an inner one refused:
+            # the service said nothing, so nothing is counted and a probe permit returns
             self.breakers.release_into(batch, admission)
             return
         if not _counted(note, admission, verdict):
             return
         failure = note.seen.failure
+        self._count(
+            attempt, note, admission, batch, success=not counts_as_failure(failure), failure=failure
+        )
+
+    def _count(
+        self,
+        attempt: Attempt,
+        note: _Note,
+        admission: Admission,
+        batch: Batch,
+        *,
+        success: bool,
+        failure: ToolException | None,
+    ) -> None:
+        assert note.seen is not None
         self.breakers.record_into(
             batch,
             note.name,
             attempt.spec.policy.breaker,
             admission,
-            success=not counts_as_failure(failure),
+            success=success,
             duration_s=note.seen.duration_s,
             retry_after=getattr(failure, "retry_after", None),
             write=attempt.write,

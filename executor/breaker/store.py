@@ -17,7 +17,7 @@ States::
     │         over the last window_size calls, at least min_calls)──> open
     open ──(open_until passed; the next acquire)──> half_open
     half_open ──(M probe successes)──> closed
-    half_open ──(one probe failure)──> open
+    half_open ──(one probe failure)──> open (longer: see BreakerPolicy.open_for)
     any ──trip──> open (for some seconds, or isolated until reset)
     any ──reset──> closed
 
@@ -100,6 +100,7 @@ def _parse(name: str, raw: Sequence[Any]) -> _Reply:
         changed_at=float(f[18]) or None,
         reason=TransitionReason(f[19]) if f[19] else None,
         at=now,
+        trips=int(f[20]) if len(f) > 20 else 0,
     )
     transition = None
     if f[3]:
@@ -113,6 +114,7 @@ def _parse(name: str, raw: Sequence[Any]) -> _Reply:
             calls=view.calls,
             failures=view.failures,
             consecutive=view.consecutive,
+            trips=view.trips,
         )
     return _Reply(f[0], f[1] or None, wait, view, transition, f[7] == "1")
 
@@ -285,6 +287,8 @@ class CircuitBreaker:
             generation=reply.view.generation,
             retry_after=reply.wait,
             open_until=reply.view.open_until,
+            trips=reply.view.trips,
+            reason=reply.view.reason,
         )
 
     def release_into(self, batch: Batch, admission: Admission) -> None:
@@ -371,6 +375,8 @@ class CircuitBreaker:
             self.idle_ttl_s,
             "" if write is None else write[0],
             "" if write is None else repr(float(write[1])),
+            policy.open_factor,
+            policy.max_open_s,
         ]
         self._register_into(batch, name)
 

@@ -39,7 +39,23 @@ class TransitionReason(StrEnum):
     RESET = "reset"
 
 
-def _refusal(name: str, state: BreakerState | None, retry_after: float | None) -> CircuitOpenError:
+_REASONS = {
+    TransitionReason.CONSECUTIVE_FAILURES: "calls failed in a row",
+    TransitionReason.FAILURE_RATE: "too many calls in its window failed",
+    TransitionReason.PROBE_FAILED: "a test call found the service still failing",
+    TransitionReason.TRIPPED: "an operator opened it",
+}
+
+
+def _refusal(
+    name: str,
+    state: BreakerState | None,
+    retry_after: float | None,
+    trips: int = 0,
+    reason: TransitionReason | None = None,
+) -> CircuitOpenError:
+    """``circuit_open``, saying it was toolexec's breaker, why, and when it probes again."""
+    why_open = _REASONS.get(reason, "recent calls failed") if reason else "recent calls failed"
     if state is None:
         why = "cannot reach its Redis and is set to refuse calls meanwhile"
     elif state is BreakerState.HALF_OPEN:
@@ -47,12 +63,21 @@ def _refusal(name: str, state: BreakerState | None, retry_after: float | None) -
     elif retry_after is None:
         why = "held open by an operator until reset"
     else:
-        why = f"open for about {retry_after:.1f} s more: recent calls failed"
+        nth = f"trip {trips}, " if trips else ""
+        why = f"open ({nth}{why_open}); it lets a test call through in {retry_after:.1f} s"
     return CircuitOpenError(
-        f"the circuit breaker of {name!r} is {why}; this call was not made",
+        f"circuit_open: the circuit breaker of {name!r} (toolexec's, not the service's "
+        f"answer) is {why}; this call was not made",
         retry_after=retry_after,
         suggestion="Use another tool or answer without this one; retry it later if still needed.",
-        details={"breaker": name, "state": None if state is None else str(state)},
+        details={
+            "defence": "circuit_breaker",
+            "breaker": name,
+            "state": None if state is None else str(state),
+            "trips": trips,
+            "reason": None if reason is None else str(reason),
+            "reopens_in_s": None if retry_after is None else round(retry_after, 3),
+        },
     )
 
 
@@ -82,6 +107,8 @@ class BreakerView:
     changed_at: float | None = None
     reason: TransitionReason | None = None
     at: float | None = None
+    #: Consecutive trips so far (each stays open longer); 0 once a calm spell resets it.
+    trips: int = 0
 
     @property
     def failure_rate(self) -> float | None:
@@ -90,7 +117,7 @@ class BreakerView:
 
     def refusal(self) -> CircuitOpenError:
         """The error a refused call reports (``circuit_open``, retryable)."""
-        return _refusal(self.name, self.state, self.retry_after)
+        return _refusal(self.name, self.state, self.retry_after, self.trips, self.reason)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,6 +138,7 @@ class BreakerView:
             "changed_at": self.changed_at,
             "reason": None if self.reason is None else str(self.reason),
             "at": self.at,
+            "trips": self.trips,
         }
 
 
@@ -130,6 +158,8 @@ class Admission:
     generation: int | None = None
     retry_after: float | None = None
     open_until: float | None = None
+    trips: int = 0
+    reason: TransitionReason | None = None
 
     @property
     def probe(self) -> bool:
@@ -137,7 +167,7 @@ class Admission:
 
     def refusal(self) -> CircuitOpenError:
         """The error a refused call reports (``circuit_open``, retryable)."""
-        return _refusal(self.name, self.state, self.retry_after)
+        return _refusal(self.name, self.state, self.retry_after, self.trips, self.reason)
 
 
 @dataclass(frozen=True)
@@ -157,6 +187,7 @@ class Transition:
     calls: int = 0
     failures: int = 0
     consecutive: int = 0
+    trips: int = 0
 
 
 Listener = Callable[[Transition], object]

@@ -18,6 +18,7 @@ local function load()
     window = h.window or '', consecutive = tonumber(h.consecutive or '0'),
     probe_ok = tonumber(h.probe_ok or '0'), not_before = tonumber(h.not_before or '0'),
     changed_at = tonumber(h.changed_at or '0'), reason = h.reason or '',
+    trips = tonumber(h.trips or '0'),
   }
 end
 
@@ -32,7 +33,7 @@ local function gate(b, ttl)
     end
     return
   end
-  local value = b.state .. ' ' .. fmt(b.open_until) .. ' ' .. b.isolated
+  local value = b.state .. ' ' .. fmt(b.open_until) .. ' ' .. b.isolated .. ' ' .. b.trips
   if ttl == nil then
     redis.call('SET', GATE, value)
   else
@@ -45,7 +46,7 @@ local function save(b, now, idle_ttl)
   redis.call('HSET', STATE, 'state', b.state, 'gen', b.gen, 'open_until', fmt(b.open_until),
     'isolated', b.isolated, 'window', b.window, 'consecutive', b.consecutive,
     'probe_ok', b.probe_ok, 'not_before', fmt(b.not_before), 'changed_at', fmt(b.changed_at),
-    'reason', b.reason)
+    'reason', b.reason, 'trips', b.trips)
   b.exists = true
   -- every number reaching here is bounded by the caller, and this one cannot fail
   -- after the HSET above either: the script never stops half-applied
@@ -70,6 +71,11 @@ end
 local function open(b, now, until_, reason)
   move(b, 'open', reason, now)
   b.open_until = until_
+end
+
+-- how long the trips-th consecutive trip keeps it open (BreakerPolicy.open_for)
+local function open_for(trips, open_s, factor, cap)
+  return math.min(math.max(cap, open_s), open_s * factor ^ math.min(trips - 1, 64))
 end
 
 local function close(b, now, reason)
@@ -102,7 +108,8 @@ local function reply(b, now, v, permit, wait)
   return {v, permit, w, tr[1] or '', tr[2] or '', tr[3] or '', fmt(now),
     b.exists and '1' or '0', b.state, tostring(b.gen), fmt(b.open_until), b.isolated,
     tostring(#b.window), tostring(failures), tostring(slow), tostring(b.consecutive),
-    tostring(live_probes(now)), tostring(b.probe_ok), fmt(b.changed_at), b.reason}
+    tostring(live_probes(now)), tostring(b.probe_ok), fmt(b.changed_at), b.reason,
+    tostring(b.trips)}
 end
 
 -- the reply of a script that hands out no permit (probes counted as unlimited)

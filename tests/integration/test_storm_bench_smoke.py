@@ -15,9 +15,11 @@ def test_quick_storm_benchmark_exits_0_and_prints_its_tables(redis_url: str) -> 
         "## (a) simulation, mean calls",
         "## (b) the same contention through toolexec workers",
         "## (c) an outage under steady load",
+        "## (d) the default defences: a blip and an outage",
         "| N | none | exponential | equal | full | decorrelated |",
         "| N | backoff | calls at the service |",
         "| setup | agent calls | calls at the service | amplification |",
+        "| batch | ok | requests at the service | per call |",
     ):
         assert header in stdout, header
     assert "command: `" in stdout and "--quick" in stdout

@@ -266,9 +266,10 @@ def test_m_probe_successes_close_it_with_an_empty_window(
     assert breaker.acquire(NAME, CONSECUTIVE).state is BreakerState.CLOSED
 
 
-def test_one_probe_failure_reopens_it_for_a_fresh_open_s(
+def test_one_probe_failure_reopens_it_for_longer_than_the_first_open(
     breaker: CircuitBreaker, clock: ManualClock
 ) -> None:
+    """The second consecutive trip stays open open_factor times longer (Envoy's ejections)."""
     open_breaker(breaker)
     clock.advance(30.0)
     probe, other = breaker.acquire(NAME, CONSECUTIVE), breaker.acquire(NAME, CONSECUTIVE)
@@ -278,7 +279,8 @@ def test_one_probe_failure_reopens_it_for_a_fresh_open_s(
     reopened = breaker.record(NAME, CONSECUTIVE, other, success=False, duration_s=0.1)
 
     assert reopened is not None and reopened.reason is TransitionReason.PROBE_FAILED
-    assert reopened.open_until == clock.now() + 30.0
+    assert reopened.open_until == clock.now() + 60.0
+    assert reopened.trips == 2
     view = breaker.snapshot(NAME)
     assert (view.state, view.probes_in_flight, view.probe_successes) == ("open", 0, 0)
 
@@ -605,3 +607,92 @@ def test_cli_lists_trips_and_resets_breakers_on_the_real_redis(
     assert json.loads(reset.output)[0]["state"] == "closed"
     bad = runner.invoke(breakers, ["reset", "no good"], env=env)
     assert bad.exit_code == 1 and "without braces or blanks" in bad.output
+
+
+#: Opens on one failure for 2 s, then 4, 8, at most 10; one probe success closes it.
+GROWING = BreakerPolicy(
+    consecutive_failures=1, failure_rate=None, open_s=2.0, open_factor=2.0, max_open_s=10.0
+)
+
+
+def probe_fails(breaker: CircuitBreaker, clock: ManualClock, policy: BreakerPolicy) -> Transition:
+    """Wait out the open breaker, then fail its probe; returns the reopening."""
+    open_until = breaker.snapshot(NAME).open_until
+    assert open_until is not None
+    clock.advance(open_until - clock.now())
+    admission = breaker.acquire(NAME, policy)
+    assert admission.probe
+    reopened = breaker.record(NAME, policy, admission, success=False, duration_s=0.1)
+    assert reopened is not None
+    return reopened
+
+
+def test_each_consecutive_trip_stays_open_longer_up_to_max_open(
+    breaker: CircuitBreaker, clock: ManualClock
+) -> None:
+    _, first = call(breaker, GROWING)
+    assert first is not None and first.open_until == clock.now() + 2.0 and first.trips == 1
+    spans = []
+    for _ in range(4):
+        reopened = probe_fails(breaker, clock, GROWING)
+        assert reopened.open_until is not None
+        spans.append(reopened.open_until - clock.now())
+    assert spans == [4.0, 8.0, 10.0, 10.0]
+    assert breaker.snapshot(NAME).trips == 5
+
+
+def test_one_probe_success_closes_it_by_default(
+    breaker: CircuitBreaker, clock: ManualClock
+) -> None:
+    call(breaker, GROWING)
+    clock.advance(2.0)
+    admission = breaker.acquire(NAME, GROWING)
+    closed = breaker.record(NAME, GROWING, admission, success=True, duration_s=0.1)
+    assert closed is not None and closed.to_state is BreakerState.CLOSED
+
+
+def test_a_trip_soon_after_closing_continues_the_growth(
+    breaker: CircuitBreaker, clock: ManualClock
+) -> None:
+    """The service flapping back down within twice the last open is the same outage."""
+    call(breaker, GROWING)
+    probe_fails(breaker, clock, GROWING)  # trip 2: 4 s
+    clock.advance(4.0)
+    breaker.record(NAME, GROWING, breaker.acquire(NAME, GROWING), success=True, duration_s=0.1)
+    clock.advance(7.9)
+    _, again = call(breaker, GROWING)
+    assert again is not None and again.trips == 3 and again.open_until == clock.now() + 8.0
+
+
+def test_a_calm_spell_starts_the_growth_over(breaker: CircuitBreaker, clock: ManualClock) -> None:
+    call(breaker, GROWING)
+    probe_fails(breaker, clock, GROWING)  # trip 2: 4 s
+    clock.advance(4.0)
+    breaker.record(NAME, GROWING, breaker.acquire(NAME, GROWING), success=True, duration_s=0.1)
+    clock.advance(8.0)  # closed for twice the last open
+    _, again = call(breaker, GROWING)
+    assert again is not None and again.trips == 1 and again.open_until == clock.now() + 2.0
+
+
+def test_a_reset_forgets_the_trips(breaker: CircuitBreaker, clock: ManualClock) -> None:
+    call(breaker, GROWING)
+    probe_fails(breaker, clock, GROWING)
+    assert breaker.reset(NAME).trips == 0
+    _, again = call(breaker, GROWING)
+    assert again is not None and again.trips == 1
+
+
+def test_the_refusal_says_it_is_toolexecs_breaker_its_trip_and_when_it_probes(
+    breaker: CircuitBreaker, clock: ManualClock
+) -> None:
+    call(breaker, GROWING)
+    probe_fails(breaker, clock, GROWING)
+    clock.advance(1.0)
+    refusal = breaker.acquire(NAME, GROWING).refusal()
+    assert "toolexec" in refusal.message and "trip 2" in refusal.message
+    assert "in 3.0 s" in refusal.message
+    assert refusal.retry_after == pytest.approx(3.0)
+    assert refusal.details["defence"] == "circuit_breaker"
+    assert refusal.details["trips"] == 2
+    assert refusal.details["reason"] == "probe_failed"
+    assert refusal.details["reopens_in_s"] == pytest.approx(3.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 import redis
@@ -149,3 +150,30 @@ def test_a_dropped_subscription_connection_empties_the_copy(
     rdb.client_kill_filter(addr=f"{host}:{port}")
     CircuitBreaker(rdb, keys).trip("tool_f", 60)  # published while the subscription is gone
     assert _wait_for(lambda: gate.refusal("tool_f", policy, None, {}) is not None)
+
+
+def test_the_gate_carries_the_trip_and_reads_a_value_without_it() -> None:
+    """The worker's gate value names the trip; a copy written before trips were kept is
+    read as a first trip, never refused."""
+    assert gate_verdict("open 130 0 3", 100.0).trips == 3
+    assert gate_verdict("open 130 0", 100.0).trips == 0
+
+
+def test_a_call_a_worker_would_let_wait_for_the_probe_is_sent_not_refused(
+    gate: BreakerGate, rdb: redis.Redis, keys: Keys
+) -> None:
+    """A first short trip may be a blip: the worker decides whether the call waits for
+    its probe. A breaker open again after a failed probe is refused at the client."""
+    breakers = CircuitBreaker(rdb, keys)
+    short = BreakerPolicy(consecutive_failures=1, failure_rate=None, open_s=10.0, max_wait_s=15.0)
+    admission = breakers.acquire("tool_w", short)
+    breakers.record("tool_w", short, admission, success=False, duration_s=0.1)
+    assert breakers.snapshot("tool_w").trips == 1
+    assert gate.refusal("tool_w", short, None, {}) is None
+    assert gate.refusal("tool_w", replace(short, max_wait_s=0.0), None, {}) is not None
+    long = replace(short, open_s=30.0, max_open_s=60.0)
+    breakers.reset("tool_w")
+    admission = breakers.acquire("tool_w", long)
+    breakers.record("tool_w", long, admission, success=False, duration_s=0.1)
+    refused = gate.refusal("tool_w", long, None, {})
+    assert refused is not None and refused.details["defence"] == "circuit_breaker"

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
+from toolexec.batch import Batch
 from toolexec.clock import ManualClock
 from toolexec.connection import fail_fast_client
 from toolexec.errors import ConfigurationError
@@ -126,6 +127,96 @@ def test_a_retry_counts_for_a_whole_window_after_it_was_made(
     assert spend_all(budget) == 0
     clock.advance(0.5)
     assert spend_all(budget) == 10
+
+
+#: Two retries in flight or failed per 10 s, however few the calls.
+TWO = RetryBudgetPolicy(ratio=0.1, window_s=10.0, min_retries=2)
+
+
+def settle(budget: RetryBudget, retry: str, outcome: str, policy: RetryBudgetPolicy = TWO) -> None:
+    batch = Batch()
+    budget.settle_into(batch, NAME, policy, retry, outcome)
+    batch.execute()
+
+
+def test_a_retry_that_works_pays_its_way(budget: RetryBudget) -> None:
+    """Its place is given back at once: the budget limits retries that fail, not those
+    that work, so a burst of one-off failures gets all its retries, a few at a time."""
+    assert budget.spend(NAME, TWO, retry_id="a:2").allowed
+    assert budget.spend(NAME, TWO, retry_id="b:2").allowed
+    assert not budget.spend(NAME, TWO, retry_id="c:2").allowed
+    settle(budget, "a:2", "ok")
+    view = budget.spend(NAME, TWO, retry_id="c:2")
+    assert view.allowed
+    assert (view.retries, view.succeeded, view.failed) == (2, 1, 0)
+
+
+def test_retries_that_work_earn_room_for_more_at_most_tenfold(budget: RetryBudget) -> None:
+    """The allowance grows with succeeded / failed retries: a burst of one-off failures
+    gets its retries after one round; retries that fail as often as they work get double;
+    never more than ten times the allowance."""
+    for i in range(2):
+        assert budget.spend(NAME, TWO, retry_id=f"w{i}").allowed
+        settle(budget, f"w{i}", "ok")
+    assert budget.peek(NAME, TWO).allowance == 2 * (1 + 2)
+    for i in range(40):
+        budget.spend(NAME, TWO, retry_id=f"x{i}")
+        settle(budget, f"x{i}", "ok")
+    assert budget.peek(NAME, TWO).allowance == 2 * 10
+    failing = 0
+    while budget.spend(NAME, TWO, retry_id=f"f{failing}").allowed:
+        settle(budget, f"f{failing}", "fail")
+        failing += 1
+    view = budget.peek(NAME, TWO)
+    # the failures shrink the room they were given: 10 failed, 2 * (1 + 42 / 10) = 10.4
+    assert (failing, view.failed, view.succeeded) == (10, 10, 42)
+    assert view.allowance == pytest.approx(10.4)
+
+
+def test_a_retry_that_fails_keeps_its_place_for_the_window(
+    budget: RetryBudget, clock: ManualClock
+) -> None:
+    assert budget.spend(NAME, TWO, retry_id="a:2").allowed
+    clock.advance(1.0)
+    assert budget.spend(NAME, TWO, retry_id="b:2").allowed
+    settle(budget, "a:2", "fail")
+    settle(budget, "a:2", "fail")  # sent twice: counted once
+    settle(budget, "b:2", "fail")
+    clock.advance(2.0)
+    view = budget.spend(NAME, TWO, retry_id="c:2")
+    assert not view.allowed
+    assert (view.retries, view.failed, view.succeeded) == (2, 2, 0)
+    assert view.frees_in == pytest.approx(7.0)  # the first was granted 3 s ago
+    assert "100%" in view.describe(TWO.window_s)
+    clock.advance(7.0)
+    assert budget.spend(NAME, TWO, retry_id="c:2").allowed
+
+
+def test_a_grant_no_attempt_used_is_given_back_without_counting(budget: RetryBudget) -> None:
+    assert budget.spend(NAME, TWO, retry_id="a:2").allowed
+    assert budget.spend(NAME, TWO, retry_id="b:2").allowed
+    settle(budget, "a:2", "release")
+    view = budget.spend(NAME, TWO, retry_id="c:2")
+    assert view.allowed
+    assert (view.succeeded, view.failed) == (0, 0)
+
+
+def test_a_grant_asked_for_again_is_the_same_grant(budget: RetryBudget) -> None:
+    """A spend sent again after a broken connection neither spends twice nor is refused."""
+    assert budget.spend(NAME, TWO, retry_id="a:2").allowed
+    assert budget.spend(NAME, TWO, retry_id="b:2").allowed
+    view = budget.spend(NAME, TWO, retry_id="b:2")
+    assert view.allowed and view.retries == 2
+
+
+def test_settled_retries_leave_the_counts_with_the_window(
+    budget: RetryBudget, clock: ManualClock
+) -> None:
+    assert budget.spend(NAME, TWO, retry_id="a:2").allowed
+    settle(budget, "a:2", "ok")
+    clock.advance(TWO.window_s + 1)
+    view = budget.peek(NAME, TWO)
+    assert (view.retries, view.succeeded, view.failed) == (0, 0, 0)
 
 
 def test_retries_never_exceed_the_allowance_even_by_one(budget: RetryBudget) -> None:

@@ -230,7 +230,7 @@ def test_the_tracing_layer_writes_the_verdict_on_the_attempt_span(
     layer = tracing.TracingLayer()
     tracer = provider.get_tracer("t")
     retry = Retry(0.25, TransientError("HTTP 503"), _ctx())
-    for verdict in (Final(refused), retry, Defer(1.5, _ctx()), NoReply("joined c0")):
+    for verdict in (Final(refused), retry, Defer(1.5, _ctx().deferred(1)), NoReply("joined c0")):
         with tracer.start_as_current_span("execute_tool f"):
             assert layer.settle(_attempt(), Outcome(), verdict) is verdict
     final, retried, deferred, joined = exporter.get_finished_spans()
