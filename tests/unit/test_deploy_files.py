@@ -186,6 +186,10 @@ NOT_IN_THE_IMAGE = {
     "bench": "the benchmarks'",
     "preview": "the dashboard preview's (make dashboard-preview)",
     "sdks": "the agent process's (the model SDKs), not a worker's",
+    "openai-agents": "the agent process's (toolexec.integrations), not a worker's",
+    "pydantic-ai": "the agent process's (toolexec.integrations), not a worker's",
+    "langchain": "the agent process's (toolexec.integrations), not a worker's",
+    "docs": "the documentation build's (make docs)",
 }
 
 
