@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,7 +17,7 @@ import redis
 
 from toolexec import liveness
 from toolexec.keys import Keys
-from toolexec.testing import Hit
+from toolexec.testing import Hit, WorkerProcess
 
 T = TypeVar("T")
 
@@ -63,3 +65,32 @@ def stall_queue(client: redis.Redis, keys: Keys, queue: str) -> None:
     worker that is not there. The beat lasts the alive window (a few seconds).
     """
     liveness.beat(client, keys, "stalled@tests", [queue], time.time())
+
+
+@contextlib.contextmanager
+def fleet_of(
+    tools: str,
+    env: dict[str, str],
+    queue: str,
+    concurrency: int,
+    logs: Path,
+    redis_url: str,
+    key_prefix: str,
+    count: int = 2,
+) -> Iterator[list[WorkerProcess]]:
+    """``count`` workers of ``tools`` (a module beside these tests) on ``queue``, stopped after."""
+    here = str(Path(__file__).parent)
+    env = {**env, "PYTHONPATH": os.pathsep.join([here, env.get("PYTHONPATH", "")])}
+    procs = [
+        WorkerProcess(
+            tools, env, queues=queue, concurrency=concurrency, log_path=logs / f"w{i}.log"
+        )
+        for i in range(count)
+    ]
+    try:
+        for proc in procs:
+            proc.start(redis_url, key_prefix)
+        yield procs
+    finally:
+        for proc in procs:
+            proc.stop()

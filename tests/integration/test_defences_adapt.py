@@ -15,14 +15,13 @@ reached it, the ground truth for what the retry budget and the breaker let throu
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from defences_tools import QUEUE
+from integration_support import fleet_of
 
 from toolexec.breaker import BreakerState, CircuitBreaker
 from toolexec.client import ToolClient
@@ -45,22 +44,11 @@ def fleet(
     settings: Settings, worker_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[list[WorkerProcess]]:
     """Two workers of 16 threads on the defences queue."""
-    here = str(Path(__file__).parent)
-    env = {**worker_env, "PYTHONPATH": os.pathsep.join([here, worker_env["PYTHONPATH"]])}
     logs = tmp_path_factory.mktemp("defences")
-    procs = [
-        WorkerProcess(
-            "defences_tools", env, queues=QUEUE, concurrency=16, log_path=logs / f"w{i}.log"
-        )
-        for i in range(2)
-    ]
-    try:
-        for proc in procs:
-            proc.start(settings.redis_url or "", settings.key_prefix)
+    with fleet_of(
+        "defences_tools", worker_env, QUEUE, 16, logs, settings.redis_url or "", settings.key_prefix
+    ) as procs:
         yield procs
-    finally:
-        for proc in procs:
-            proc.stop()
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,12 @@ FlakyServer, which records every request it gets.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from integration_support import fleet_of
 from storm_protection_tools import BUDGET, FIVE_PER_S, QUEUE
 
 from toolexec.client import ToolClient
@@ -37,26 +36,12 @@ def fleet(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[list[WorkerProcess]]:
     """Two workers on the storm queue, fault injection enabled."""
-    here = str(Path(__file__).parent)
-    env = {
-        **worker_env,
-        "PYTHONPATH": os.pathsep.join([here, worker_env["PYTHONPATH"]]),
-        "TOOLEXEC_FAULTS_ENABLED": "true",
-    }
+    env = {**worker_env, "TOOLEXEC_FAULTS_ENABLED": "true"}
     logs = tmp_path_factory.mktemp("storm")
-    procs = [
-        WorkerProcess(
-            "storm_protection_tools", env, queues=QUEUE, concurrency=8, log_path=logs / f"w{i}.log"
-        )
-        for i in range(2)
-    ]
-    try:
-        for proc in procs:
-            proc.start(settings.redis_url or "", settings.key_prefix)
+    with fleet_of(
+        "storm_protection_tools", env, QUEUE, 8, logs, settings.redis_url or "", settings.key_prefix
+    ) as procs:
         yield procs
-    finally:
-        for proc in procs:
-            proc.stop()
 
 
 @pytest.fixture(scope="module")
