@@ -257,6 +257,9 @@ class WorkerProcess:
                 if self.process.poll() is not None:
                     break
                 time.sleep(0.05)
+        except BaseException:  # interrupted while waiting: the child is in a session of its own
+            self.stop()
+            raise
         finally:
             client.close()
         self.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import logging
@@ -89,6 +90,19 @@ def _autoscale_pool(pool: str | None, autoscale: str | None) -> str | None:
         f"--autoscale works with the prefork pool only, not {pool!r}: drop --pool, "
         "or use --concurrency with the threads pool"
     )
+
+
+def _freeze_startup_heap() -> None:
+    """Move everything imported so far out of the collector's reach, just before Celery starts.
+
+    A worker's heap is mostly modules, classes and the app, alive until the process
+    ends. Left tracked, every full collection walks them again, and the interpreter's
+    collection at exit walks them once more: about 0.6 s of CPU at each stop of a
+    worker with the test tools (os.waitid after SIGTERM, /proc CPU ticks: 0.7 s
+    before, 0.15 s after), time a rolling restart waits on. Prefork children share
+    these pages untouched too. Cycles made later are collected as before.
+    """
+    gc.freeze()
 
 
 def _say_once_ready(reason: str) -> None:
@@ -266,6 +280,7 @@ def worker(
     # Mingle costs a second at every reconnect and gossip breaks on it (toolexec uses
     # neither: no revokes to sync, no worker events to follow).
     argv += ["--without-mingle", "--without-gossip"]
+    _freeze_startup_heap()
     app.worker_main([*telemetry.start(settings, metrics_port), *argv])
 
 
