@@ -105,8 +105,15 @@ def query_order(
 
 #: Opens after two failed calls in a row, so the demo shows the third failing fast; after
 #: 1.5 s open it lets one probe through, and one probe that succeeds closes it again.
+#: ``max_wait_s=0``: a call that meets the open breaker is answered at once instead of
+#: waiting for the probe (the default lets a first trip be waited out for up to 2 s).
 _STOCK_BREAKER = BreakerPolicy(
-    consecutive_failures=2, failure_rate=None, open_s=1.5, half_open_probes=1, close_after=1
+    consecutive_failures=2,
+    failure_rate=None,
+    open_s=1.5,
+    half_open_probes=1,
+    close_after=1,
+    max_wait_s=0,
 )
 
 
