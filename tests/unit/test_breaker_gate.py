@@ -175,5 +175,7 @@ def test_a_call_a_worker_would_let_wait_for_the_probe_is_sent_not_refused(
     breakers.reset("tool_w")
     admission = breakers.acquire("tool_w", long)
     breakers.record("tool_w", long, admission, success=False, duration_s=0.1)
+    # the gate's copy hears of the reset and the new trip through Redis, a moment later
+    assert _wait_for(lambda: gate.refusal("tool_w", long, None, {}) is not None)
     refused = gate.refusal("tool_w", long, None, {})
     assert refused is not None and refused.details["defence"] == "circuit_breaker"
