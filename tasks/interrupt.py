@@ -36,7 +36,7 @@ from toolexec import orphans
 from toolexec.app import settings_of
 from toolexec.tasks.catalog_publisher import on_worker_shutting_down
 
-__all__ = ["install", "kills_jobs", "on_first_interrupt", "stop_line"]
+__all__ = ["ARMED_LINE", "install", "kills_jobs", "on_first_interrupt", "stop_line"]
 
 log = logging.getLogger("toolexec.worker")
 
@@ -113,3 +113,12 @@ def on_first_interrupt(sender: Any = None, sig: str = "", **_: Any) -> None:
     worker = _installed.get(sender) if isinstance(sender, str) else None
     if worker is not None and sig == "SIGINT":
         platforms.signals["SIGINT"] = _handler(worker, "SIGINT")
+        # Said once the handler is in place (Celery's own line comes before it is): a
+        # second Ctrl-C from here on stops at once, never Celery's cold shutdown.
+        if sys.__stderr__:
+            sys.__stderr__.write(ARMED_LINE + "\n")
+            sys.__stderr__.flush()
+
+
+#: What a worker says once a second Ctrl-C will stop it at once.
+ARMED_LINE = "toolexec: Ctrl-C again stops this worker at once, handing its calls on"

@@ -19,6 +19,7 @@ from idempotency_support import LEASE_S, idem_env, order_arguments, run_id, wait
 from toolexec.client import ToolClient
 from toolexec.errors import ErrorType
 from toolexec.settings import Settings
+from toolexec.tasks.interrupt import ARMED_LINE
 from toolexec.testing import FlakyServer, Ledger, Reply, WorkerProcess
 
 pytestmark = pytest.mark.integration
@@ -85,7 +86,7 @@ def test_a_second_interrupt_stops_at_once_and_hands_the_calls_on(
         )
         assert doomed.process is not None
         os.killpg(doomed.process.pid, signal.SIGINT)
-        wait_until(lambda: "Warm shutdown" in log.read_text(), 10, "the warm shutdown starting")
+        wait_until(lambda: ARMED_LINE in log.read_text(), 10, "the second Ctrl-C armed")
         stopped_at = time.monotonic()
         os.killpg(doomed.process.pid, second)
         code = _exits_within(doomed, 10)
