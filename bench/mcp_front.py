@@ -69,8 +69,10 @@ def _front_env(settings: Settings, **extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def http_front(settings: Settings, log: Path, **extra: str) -> Iterator[str]:
-    """A ``toolexec mcp --http`` process on loopback; yields its URL once it listens."""
+def front_process(
+    settings: Settings, log: Path, timeout: float = 30, **extra: str
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A ``toolexec mcp --http`` process on loopback; yields its URL and process once it listens."""
     port = _free_port()
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -80,17 +82,24 @@ def http_front(settings: Settings, log: Path, **extra: str) -> Iterator[str]:
             stderr=subprocess.STDOUT,
         )
     try:
-        end = time.monotonic() + 30
+        end = time.monotonic() + timeout
         while time.monotonic() < end:
             require(proc.poll() is None, f"toolexec mcp exited: {log.read_text()[-2000:]}")
             with socket.socket() as sock:
                 if sock.connect_ex(("127.0.0.1", port)) == 0:
                     break
             time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/mcp", proc
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@contextmanager
+def http_front(settings: Settings, log: Path, **extra: str) -> Iterator[str]:
+    """A ``toolexec mcp --http`` process on loopback; yields its URL once it listens."""
+    with front_process(settings, log, **extra) as (url, _):
+        yield url
 
 
 Contender = Callable[[], Awaitable[float]]

@@ -15,19 +15,13 @@ It exits 0 whatever the figures, and non-zero when the front fails.
 from __future__ import annotations
 
 import argparse
-import socket
-import subprocess
-import sys
 import tempfile
-import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 from _common import Row, machine_info, print_report, progress, redis_server, require, run_settings
-from mcp_front import _front_env
+from mcp_front import front_process
 
 from toolexec.settings import Settings
 
@@ -43,33 +37,6 @@ INITIALIZE = {
     },
 }
 WARM_UP = 50
-
-
-@contextmanager
-def _front(settings: Settings, log: Path, **extra: str) -> Iterator[tuple[str, int]]:
-    """A ``toolexec mcp --http`` process on loopback: its URL and pid, once it listens."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "toolexec", "mcp", "--http", f"127.0.0.1:{port}"],
-            env=_front_env(settings, **extra),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        end = time.monotonic() + 60
-        while time.monotonic() < end:
-            require(proc.poll() is None, f"toolexec mcp exited: {log.read_text()[-2000:]}")
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp", proc.pid
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def _rss_kb(pid: int) -> int:
@@ -91,11 +58,11 @@ def _measure(
 ) -> tuple[int, int, Counter[int]]:
     """RSS before and after ``sessions`` attempts on a front limited to ``limit``."""
     extra = {"TOOLEXEC_MCP_MAX_SESSIONS": str(limit + WARM_UP)}
-    with _front(settings, log, **extra) as (url, pid), httpx.Client(timeout=30) as http:
+    with front_process(settings, log, 60, **extra) as (url, proc), httpx.Client(timeout=30) as http:
         _open(http, url, WARM_UP)  # imports, caches and the first allocations
-        before = _rss_kb(pid)
+        before = _rss_kb(proc.pid)
         seen = _open(http, url, sessions)
-        after = _rss_kb(pid)
+        after = _rss_kb(proc.pid)
     return before, after, seen
 
 
