@@ -178,11 +178,27 @@ def _deliver(channel: Any, queue: str, inbox: str | None, item: bytes) -> None:
             _reject(channel, payload)
         _refuse(channel, queue, None if pending is None else inbox, item, _failed(exc), payload)
     else:
-        _put_back(channel, queue)
+        _consumed(channel)
+
+
+def _consumed(channel: Any) -> None:
+    """A delivered message that nothing recorded was taken by a ``no_ack`` consumer.
+
+    kombu records every message it hands to an acknowledging consumer, and
+    records then requeues one that no consumer wanted
+    (``_reject_inbound_message``), so an entry still pending here belongs to a
+    consumer that will never acknowledge it: Celery's reply queues (mingle's
+    ``hello``, ``inspect``) are such. It is done with; pushing it back made the
+    reply consumer read the same reply forever, and the worker hung at
+    "mingle: searching for neighbors" whenever a neighbour answered.
+    """
+    pending = take_pending()
+    if pending is not None:
+        channel.client.lrem(pending[0], 1, pending[1])
 
 
 def _put_back(channel: Any, queue: str) -> None:
-    """A message moved into the inbox but never recorded (no consumer took it): back."""
+    """A message moved into the inbox whose delivery met an outage: back to its queue."""
     pending = take_pending()
     if pending is None:
         return

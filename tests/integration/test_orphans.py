@@ -157,6 +157,34 @@ def test_a_message_is_moved_into_the_inbox_and_out_by_its_record(
     conn.release()
 
 
+def test_a_no_ack_consumer_reads_a_message_once_and_leaves_no_inbox_entry(
+    broker: Connection, keys: BrokerKeys
+) -> None:
+    """Celery's reply queues are consumed without acknowledgement (mingle's ``hello``).
+
+    A reply pushed back after delivery was read again on every drain, so the
+    worker's mingle step never ended when a neighbour answered.
+    """
+    queue = f"t-orphans-{uuid.uuid4().hex[:8]}"
+    broker.SimpleQueue(queue).put({"reply": 1})
+    me = orphans.activate(keys)
+    conn = _one_list(broker)
+    got: list[Any] = []
+    with conn.Consumer(
+        Queue(queue), no_ack=True, callbacks=[lambda body, message: got.append(body)]
+    ):
+        conn.drain_events(timeout=5)
+        with pytest.raises(TimeoutError):  # socket.timeout: nothing more to read
+            conn.drain_events(timeout=0.5)
+    client = broker.default_channel.client
+
+    assert got == [{"reply": 1}]
+    assert conn.default_channel.__dict__["_toolexec_taking"][0] == queue  # BLMOVE, not BRPOP
+    assert client.llen(queue) == 0
+    assert client.llen(keys.inbox(me, queue)) == 0
+    conn.release()
+
+
 def test_a_message_moved_but_never_recorded_goes_back_when_its_taker_dies(
     broker: Connection, keys: BrokerKeys
 ) -> None:
