@@ -12,11 +12,13 @@ says why each is in it.
 from __future__ import annotations
 
 import json
+import pkgutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
+import toolexec
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
 
@@ -105,3 +107,13 @@ def test_a_worker_does_load_the_pipeline_the_client_must_not() -> None:
 
     assert {"toolexec.tasks.runtime", "toolexec.execution", "toolexec.observe"} <= set(modules)
     assert "prometheus_client" not in modules  # metrics come with toolexec worker (ops)
+
+
+def test_every_module_is_on_a_side_of_the_core_contract() -> None:
+    """A new module must be placed: in the core, or among what the core may not import."""
+    core = _contract("core")
+    sides = (*core["source_modules"], *core["forbidden_modules"])
+    modules = [info.name for info in pkgutil.walk_packages(toolexec.__path__, prefix="toolexec.")]
+
+    assert len(modules) > 100
+    assert _under(modules, tuple(sides)) == sorted(modules)
