@@ -20,11 +20,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/toolexec demo
 
+# ruff, strict mypy, and the import contracts in pyproject.toml (docs/architecture.md,
+# Boundaries). mypy and lint-imports (grimp reads the package from its folders) both
+# see the package through .typecheck/, a view of symlinks: toolexec -> executor/, with
+# tasks/ and fallback/ inside it.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	rm -rf .typecheck && mkdir -p .typecheck/toolexec
 	cd .typecheck/toolexec && ln -s ../../executor/* . && ln -s ../../tasks tasks && ln -s ../../fallback fallback
 	$(BIN)/mypy
+	PYTHONPATH=.typecheck $(BIN)/lint-imports
 
 # The whole suite in three steps; each runs even when an earlier one failed, and the
 # target fails if any did. First the unit and security tiers, spread over two pytest

@@ -161,8 +161,8 @@ def cases(client: redis.Redis, settings: Settings, keys: Keys, url: str) -> list
     breakers = CircuitBreaker(client, keys)
     gate = BreakerGate(url, breakers, keys)
     store = IdempotencyStore(client, keys, lease_s=10.0, retention_s=600.0)
-    observers = CallObservers(CallStats(client, keys), Metrics())
-    metrics_only = CallObservers(None, Metrics())
+    observers = CallObservers(CallStats(client, keys), [Metrics()])
+    metrics_only = CallObservers(None, [Metrics()])
     payloads = PayloadLayer(
         Offloader(open_store(settings, settings.redis_url or "", clock), clock), settings
     )

@@ -43,13 +43,10 @@ from typing import Any, Literal, Protocol, cast
 import httpx
 
 import toolexec.tasks.demo_tools  # noqa: F401  get_weather must exist before its fallback is set
+from toolexec import RunBudget, Settings, ToolClient, default_registry, tool
 from toolexec.adapters import Format, parse_tool_calls
-from toolexec.client import ToolClient
 from toolexec.embedded import ensure_embedded, stop_embedded
 from toolexec.fallback import Alternative
-from toolexec.policies import RunBudget
-from toolexec.registry import default_registry, tool
-from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
 #: The worker imports the demo's tools and this file (for the fallback below).

@@ -22,10 +22,9 @@ from pathlib import Path
 
 from opentelemetry import trace
 
-from toolexec.client import ToolClient
+from toolexec import Settings, ToolClient
 from toolexec.connection import redis_url
 from toolexec.ops.traces import OtlpReceiver, render_call
-from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
 

@@ -10,6 +10,7 @@ and task events on for Flower.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from celery import Celery, signals
@@ -78,14 +79,22 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     }
 
 
-def create_app(settings: Settings | None = None, name: str = "toolexec") -> Celery:
-    """A Celery app for ``settings``; configured lazily when ``settings`` is None."""
-    celery_app = Celery(name, set_as_current=False)
-    # imports celery.worker: not at module level
-    from toolexec.consumer import LivenessBeat, OrphanWatchStep
+def create_app(
+    settings: Settings | None = None, name: str = "toolexec", *, sending_only: bool = False
+) -> Celery:
+    """A Celery app for ``settings``; configured lazily when ``settings`` is None.
 
-    celery_app.steps["consumer"].add(LivenessBeat)
-    celery_app.steps["consumer"].add(OrphanWatchStep)
+    ``sending_only`` is the client's app, which never runs a worker: it goes
+    without Celery's built-in Django fix-up, whose module imports
+    ``celery.worker`` (it only acts in a worker), so an agent's process loads
+    none of Celery's worker.
+    """
+    celery_app = Celery(name, set_as_current=False, fixups=[] if sending_only else None)
+    # Named, not imported: Celery resolves a step's name when a worker builds its
+    # consumer, so a process that only sends (an agent) never loads celery.worker
+    # or toolexec's worker side (tests/unit/test_import_boundaries.py).
+    celery_app.steps["consumer"].add("toolexec.consumer:LivenessBeat")
+    celery_app.steps["consumer"].add("toolexec.consumer:OrphanWatchStep")
     if settings is not None:
         celery_app.conf.update(celery_config(settings))
         celery_app.conf.toolexec_settings = settings
@@ -129,5 +138,25 @@ def settings_of(celery_app: Celery) -> Settings:
     return found
 
 
-#: The application ``celery -A toolexec.app`` and the worker use.
-app = create_app()
+#: The application ``celery -A toolexec.app`` and the worker use; declared here,
+#: made on first use by :func:`__getattr__` below.
+app: Celery
+
+_app: Celery | None = None
+_app_lock = threading.Lock()
+
+
+def __getattr__(name: str) -> Celery:
+    """``app``: the application ``celery -A toolexec.app`` and the worker use, made on first use.
+
+    Not at import: a client imports this module to build its own app
+    (``toolexec.client.publish``), and a worker's app loads Celery's Django
+    fix-up, which imports ``celery.worker``.
+    """
+    global _app
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    with _app_lock:
+        if _app is None:
+            _app = create_app()
+        return _app

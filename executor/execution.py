@@ -46,7 +46,15 @@ from toolexec.layers import (
     compose,
 )
 from toolexec.redaction import scrub_text, secret_names
-from toolexec.results import ErrorInfo, Timings, ToolResult
+from toolexec.results import (
+    ErrorInfo,
+    ToolResult,
+    error_info,
+    error_result,
+    restamped,
+)
+from toolexec.results import elapsed_ms_for as _elapsed_ms
+from toolexec.results import timings_for as _timings
 from toolexec.retry import decide
 from toolexec.runner import Runner
 from toolexec.streams import bounded_body
@@ -68,64 +76,6 @@ __all__ = [
     "restamped",
     "with_last_error",
 ]
-
-
-def error_info(error: ToolException) -> ErrorInfo:
-    return ErrorInfo(
-        type=error.error_type,
-        message=error.message,
-        suggestion=error.suggestion,
-        retryable=error.retryable,
-        retry_after=getattr(error, "retry_after", None),
-        details=error.details,
-    )
-
-
-def error_result(
-    ctx: CallContext, info: ErrorInfo, *, attempts: int, now: float, status: str = "error"
-) -> ToolResult:
-    """A failed result with the timings the context has gathered."""
-    return ToolResult(
-        status=status,  # type: ignore[arg-type]
-        tool=ctx.tool,
-        call_id=ctx.call_id,
-        run_id=ctx.run_id,
-        error=info,
-        injected=ctx.injected,
-        attempts=attempts,
-        elapsed_ms=_elapsed_ms(ctx, now),
-        timings=_timings(ctx, now),
-    )
-
-
-def restamped(result: ToolResult, ctx: CallContext, now: float, **changes: Any) -> ToolResult:
-    """``result`` as the answer to the call ``ctx``: its ids and its own timings.
-
-    A stored or shared result (``toolexec.idempotency``) goes to callers other
-    than the one it was made for.
-    """
-    update = {
-        "call_id": ctx.call_id,
-        "run_id": ctx.run_id,
-        "elapsed_ms": _elapsed_ms(ctx, now),
-        "timings": _timings(ctx, now),
-        **changes,
-    }
-    return result.model_copy(update=update)
-
-
-def _elapsed_ms(ctx: CallContext, now: float) -> float:
-    return round(max(0.0, now - ctx.submitted_at) * 1000, 3)
-
-
-def _timings(ctx: CallContext, now: float) -> Timings:
-    elapsed = max(0.0, now - ctx.submitted_at)
-    queued = max(0.0, elapsed - ctx.run_s - ctx.backoff_s)
-    return Timings(
-        queued_ms=round(queued * 1000, 3),
-        run_ms=round(ctx.run_s * 1000, 3),
-        backoff_ms=round(ctx.backoff_s * 1000, 3),
-    )
 
 
 def _error_json(failure: ToolException) -> dict[str, Any] | None:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from toolexec.errors import ErrorType, UsageError
+from toolexec.errors import ErrorType, ToolException, UsageError
 from toolexec.redaction import redact, scrub_text
+
+if TYPE_CHECKING:  # a type only: the context carries results' parts (ErrorInfo, StepNote)
+    from toolexec.context import CallContext
 
 __all__ = [
     "ErrorInfo",
@@ -26,6 +29,11 @@ __all__ = [
     "StepNote",
     "Timings",
     "ToolResult",
+    "elapsed_ms_for",
+    "error_info",
+    "error_result",
+    "restamped",
+    "timings_for",
 ]
 
 Status = Literal["ok", "error", "unknown"]
@@ -245,3 +253,69 @@ class ToolResult(BaseModel):
         if self.status != "ok":
             block["is_error"] = True
         return block
+
+
+# -- results made for a call: its ids and its own timings ------------------------
+# Here, not in the executor, because the client builds failed results too
+# (refused before sending, no answer by the deadline) and must not load the
+# worker's attempt pipeline to do it (docs/architecture.md, Boundaries).
+
+
+def error_info(error: ToolException) -> ErrorInfo:
+    return ErrorInfo(
+        type=error.error_type,
+        message=error.message,
+        suggestion=error.suggestion,
+        retryable=error.retryable,
+        retry_after=getattr(error, "retry_after", None),
+        details=error.details,
+    )
+
+
+def error_result(
+    ctx: CallContext, info: ErrorInfo, *, attempts: int, now: float, status: str = "error"
+) -> ToolResult:
+    """A failed result with the timings the context has gathered."""
+    return ToolResult(
+        status=status,  # type: ignore[arg-type]
+        tool=ctx.tool,
+        call_id=ctx.call_id,
+        run_id=ctx.run_id,
+        error=info,
+        injected=ctx.injected,
+        attempts=attempts,
+        elapsed_ms=elapsed_ms_for(ctx, now),
+        timings=timings_for(ctx, now),
+    )
+
+
+def restamped(result: ToolResult, ctx: CallContext, now: float, **changes: Any) -> ToolResult:
+    """``result`` as the answer to the call ``ctx``: its ids and its own timings.
+
+    A stored or shared result (``toolexec.idempotency``) goes to callers other
+    than the one it was made for.
+    """
+    update = {
+        "call_id": ctx.call_id,
+        "run_id": ctx.run_id,
+        "elapsed_ms": elapsed_ms_for(ctx, now),
+        "timings": timings_for(ctx, now),
+        **changes,
+    }
+    return result.model_copy(update=update)
+
+
+def elapsed_ms_for(ctx: CallContext, now: float) -> float:
+    """Milliseconds since the call was submitted."""
+    return round(max(0.0, now - ctx.submitted_at) * 1000, 3)
+
+
+def timings_for(ctx: CallContext, now: float) -> Timings:
+    """Where the call's time went so far: queued, running, backing off."""
+    elapsed = max(0.0, now - ctx.submitted_at)
+    queued = max(0.0, elapsed - ctx.run_s - ctx.backoff_s)
+    return Timings(
+        queued_ms=round(queued * 1000, 3),
+        run_ms=round(ctx.run_s * 1000, 3),
+        backoff_ms=round(ctx.backoff_s * 1000, 3),
+    )

@@ -55,7 +55,6 @@ __all__ = [
     "event",
     "inject_headers",
     "install_worker_hooks",
-    "on_worker_init",
     "redacted_url",
     "start_call",
     "trace_exemplar",
@@ -372,23 +371,20 @@ def _resend_headers(headers: dict[str, Any] | None = None, **_: Any) -> None:
 _hooks_installed = False
 
 
-def install_worker_hooks() -> None:
-    """Connect the attempt spans to Celery's task signals (once per process)."""
+def install_worker_hooks(signals: Any) -> None:
+    """Connect the attempt spans to Celery's task ``signals`` (once per process).
+
+    The worker's tasks (``toolexec.tasks``) pass ``celery.signals`` in at
+    ``worker_init``: this module is part of the Celery-free core the client
+    imports too (docs/architecture.md, Boundaries).
+    """
     global _hooks_installed
     if _hooks_installed:
         return
-    from celery import signals
-
     signals.task_prerun.connect(_task_started, weak=False)
     signals.task_postrun.connect(_task_ended, weak=False)
     signals.before_task_publish.connect(_resend_headers, weak=False)
     _hooks_installed = True
-
-
-def on_worker_init(**_: Any) -> None:
-    """Celery's ``worker_init``: export spans if ``OTEL_*`` asks, and open one per attempt."""
-    if configure("toolexec-worker"):
-        install_worker_hooks()
 
 
 def event(name: str, **attributes: Any) -> None:

@@ -9,40 +9,12 @@ Declare a chain next to the tool::
 
 or later with ``default_registry.set_fallbacks("search", [...])``. Every answer
 a chain gives is ``degraded`` with its ``source`` and the primary's error.
+
+The package exports what a tool declares; the machinery that runs a chain
+on the worker (``chain``, ``cache``, ``state``) is imported from its module by
+the worker's side, so declaring tools loads none of it.
 """
 
-from toolexec.fallback.cache import CachedResult, LastGoodCache, LastGoodLayer, cache_step
-from toolexec.fallback.chain import Action, ChainRunner, Deliver, Lookup, Send
-from toolexec.fallback.state import AGENT_FIXABLE, FALLBACK_TASK, ChainState, falls_back
-from toolexec.fallback.steps import (
-    Alternative,
-    ArgumentMap,
-    Explain,
-    FallbackStep,
-    LastGood,
-    check_chain,
-    complete_chain,
-)
+from toolexec.fallback.steps import Alternative, ArgumentMap, Explain, FallbackStep, LastGood
 
-__all__ = [
-    "AGENT_FIXABLE",
-    "FALLBACK_TASK",
-    "Action",
-    "Alternative",
-    "ArgumentMap",
-    "CachedResult",
-    "ChainRunner",
-    "ChainState",
-    "Deliver",
-    "Explain",
-    "FallbackStep",
-    "LastGood",
-    "LastGoodCache",
-    "LastGoodLayer",
-    "Lookup",
-    "Send",
-    "cache_step",
-    "check_chain",
-    "complete_chain",
-    "falls_back",
-]
+__all__ = ["Alternative", "ArgumentMap", "Explain", "FallbackStep", "LastGood"]

@@ -38,14 +38,13 @@ from toolexec.breaker.gate import refusal_for
 from toolexec.clock import Clock
 from toolexec.context import CallContext
 from toolexec.errors import CircuitOpenError
-from toolexec.execution import error_result
 from toolexec.fallback.cache import LastGoodCache
 from toolexec.fallback.state import FALLBACK_TASK, ChainState, falls_back
 from toolexec.fallback.steps import Alternative, Explain, FallbackStep, LastGood, complete_chain
 from toolexec.keys import Keys
 from toolexec.policies import BreakerPolicy
 from toolexec.redaction import redact, secret_names, shown_kwargs
-from toolexec.results import ErrorInfo, FallbackInfo, StepNote, ToolResult
+from toolexec.results import ErrorInfo, FallbackInfo, StepNote, ToolResult, error_result
 from toolexec.settings import Settings
 
 if TYPE_CHECKING:  # a type only: the registry imports the fallback steps

@@ -8,6 +8,8 @@ catalog when the worker is ready.
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import signals
 
 from toolexec import tracing
@@ -53,5 +55,13 @@ signals.worker_ready.connect(lease_sweeper.on_worker_ready, weak=False)
 # on (toolexec.tasks.interrupt); Celery's cold shutdown cannot kill a thread
 signals.worker_ready.connect(lambda sender, **_: interrupt.install(sender.controller), weak=False)
 signals.worker_shutting_down.connect(interrupt.on_first_interrupt, weak=False)
+
+
+def _trace_attempts(**_: Any) -> None:
+    """Celery's ``worker_init``: export spans if ``OTEL_*`` asks, and open one per attempt."""
+    if tracing.configure("toolexec-worker"):
+        tracing.install_worker_hooks(signals)
+
+
 # a span per attempt when OTEL_* asks for traces (toolexec.tracing)
-signals.worker_init.connect(tracing.on_worker_init, weak=False)
+signals.worker_init.connect(_trace_attempts, weak=False)

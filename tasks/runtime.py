@@ -49,8 +49,7 @@ from toolexec.faults import FaultConfig, FaultLayer, FaultStore
 from toolexec.idempotency import IdempotencyLayer, IdempotencyStore, Lease, LeaseSweeper, Message
 from toolexec.keys import Keys
 from toolexec.logs import call_fields
-from toolexec.observe import CallObservers
-from toolexec.ops.metrics import metrics, record_fallback
+from toolexec.observe import CallObservers, Reporter, reporters
 from toolexec.payloads import worker_payloads
 from toolexec.payloads.offload import result_limit
 from toolexec.policies import RateLimitPolicy
@@ -90,6 +89,7 @@ class WorkerRuntime:
         registry: Registry = default_registry,
         clock: Clock | None = None,
         client: redis.Redis | None = None,
+        report_to: Sequence[Reporter] | None = None,
     ) -> None:
         self.app = celery_app
         self.settings = settings
@@ -106,10 +106,12 @@ class WorkerRuntime:
             lease_s=settings.idempotency_lease_s,
             retention_s=settings.idempotency_retention_s,
         )
+        stats = CallStats(self.redis, self.keys, lease_ttl_s=settings.visibility_timeout)
+        # the reporters the process registered (toolexec worker: its metrics), unless given
+        report_to = reporters() if report_to is None else report_to
+        self.observers = CallObservers(stats if settings.stats else None, report_to, self.clock)
         self.executor = build_executor(self, registry)
         self.chains = ChainRunner.for_worker(settings, self.redis, registry, self.clock)
-        stats = CallStats(self.redis, self.keys, lease_ttl_s=settings.visibility_timeout)
-        self.observers = CallObservers(stats if settings.stats else None, metrics(), self.clock)
 
     # -- the one way out for messages --------------------------------------------
 
@@ -174,7 +176,7 @@ class WorkerRuntime:
         if isinstance(action, Deliver):
             self.deliver(ctx, action.result, attempt)
             if action.result.source is not None:
-                record_fallback(action.result.tool, action.result.source)
+                self.observers.fell_back(action.result.tool, action.result.source)
             return f"answered from {action.result.source}"
         try:
             self.dispatch([action])
@@ -268,7 +270,7 @@ class WorkerRuntime:
             through_blips(again, window)
         except REDIS_ERRORS as exc:
             for dropped in batch.drop_held():
-                metrics().writes_dropped.labels(dropped).inc()
+                self.observers.write_dropped(dropped)
             log.warning(
                 "call %s: gave up writing %s: Redis unreachable for the %.1f s left before the "
                 "call's deadline (%s: %s); counted in toolexec_writes_dropped",
@@ -382,8 +384,10 @@ def build_executor(runtime: WorkerRuntime, registry: Registry) -> Executor:
     """The worker's executor and its layers, outermost first: the order is the design."""
     settings, client, keys, clock = runtime.settings, runtime.redis, runtime.keys, runtime.clock
     breakers = CircuitBreaker(client, keys, on_redis_error=settings.breaker_on_redis_error)
-    breakers.add_listener(metrics().on_transition)
-    payloads = worker_payloads(settings, redis_url(settings), clock, client)
+    breakers.add_listener(runtime.observers.on_transition)
+    payloads = worker_payloads(
+        settings, redis_url(settings), clock, client, runtime.observers.offloaded
+    )
     limits = {name: RateLimitPolicy.from_json(raw) for name, raw in settings.rate_limits.items()}
     faults = {name: FaultConfig.from_json(raw) for name, raw in settings.faults.items()}
     return Executor(

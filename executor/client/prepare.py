@@ -25,12 +25,11 @@ from toolexec.client.payloads import ClientPayloads
 from toolexec.clock import Clock
 from toolexec.context import CallContext
 from toolexec.errors import CircuitOpenError, ErrorType, UsageError
-from toolexec.execution import error_info, error_result
 from toolexec.fallback.state import FALLBACK_TASK, ChainState
 from toolexec.liveness import LiveQueues, no_catalog_info, no_worker_info
 from toolexec.policies import BreakerPolicy
 from toolexec.redaction import secret_names
-from toolexec.results import ErrorInfo, ToolResult
+from toolexec.results import ErrorInfo, ToolResult, error_info, error_result
 from toolexec.settings import Settings
 from toolexec.validation import validate_against_schema
 

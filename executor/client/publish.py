@@ -1,5 +1,11 @@
 """Sending prepared calls to the broker, pipelined over one producer connection.
 
+This is the client's one edge with Celery and kombu (docs/architecture.md,
+Boundaries): :func:`broker_app` builds the Celery app the client sends with and
+:func:`publish` sends. Both import Celery and kombu when they run, never when
+``toolexec`` is imported, so a process that declares tools or reads results
+loads neither, and one that calls tools loads Celery's sending side only.
+
 The repr of each call's kwargs that logs, task events and Flower show is
 computed here with secrets redacted (:func:`~toolexec.redaction.shown_kwargs`),
 since Celery would otherwise show the real values.
@@ -16,19 +22,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from kombu.exceptions import BatchPublishError, OperationalError
 from opentelemetry.trace import Span
 
 from toolexec.client.prepare import PreparedCall
 from toolexec.clock import Clock
 from toolexec.errors import BrokerUnavailableError
 from toolexec.redaction import shown_kwargs
+from toolexec.settings import Settings
 from toolexec.tracing import inject_headers
 
 if TYPE_CHECKING:  # the client imports Celery only when it builds its app
     from celery import Celery
 
-__all__ = ["WINDOW", "publish"]
+__all__ = ["WINDOW", "broker_app", "publish"]
 
 
 #: Redis commands buffered before a flush: two per call (queue push, task-sent event),
@@ -59,6 +65,8 @@ def publish(
     ``clock``, the windows left when their calls' deadline has passed are not
     sent. Returns the ids of the calls not sent for that reason.
     """
+    from kombu.exceptions import BatchPublishError, OperationalError
+
     shown: Sequence[Span | None] = spans if spans is not None else [None] * len(batch)
     todo = [(p, s) for p, s in zip(batch, shown, strict=True) if p.early is None]
     if not todo:
@@ -93,6 +101,21 @@ def publish(
             "that the server is up."
         ) from exc
     return frozenset()
+
+
+def broker_app(settings: Settings) -> Celery:
+    """toolexec's Celery app for a client with ``settings``: what :func:`publish` sends with.
+
+    Imported here rather than at the top: Celery (which imports click) is needed
+    to publish, not to declare tools or build results, and ``import toolexec``
+    must stay light for processes that only do those. The app is the one
+    workers run, so every setting that shapes a message is the same; the
+    worker's own parts (its consumer, its transport) are named there by
+    string and load only in a worker.
+    """
+    from toolexec.app import create_app
+
+    return create_app(settings, sending_only=True)
 
 
 def _send(app: Celery, producer: object, window: _Todo) -> None:

@@ -31,7 +31,7 @@ from toolexec.client.catalog_cache import CatalogCache
 from toolexec.client.guarded import begin_round
 from toolexec.client.payloads import ClientPayloads
 from toolexec.client.prepare import CallPreparer, CallSpec, PreparedCall
-from toolexec.client.publish import WINDOW, publish
+from toolexec.client.publish import WINDOW, broker_app, publish
 from toolexec.client.waiting import ReplyWaiter
 from toolexec.clock import Clock
 from toolexec.connection import fail_fast_client, fleet_clock, redis_client, redis_url
@@ -110,7 +110,7 @@ class ToolClient:
         self._url = redis_url(self.settings)
         self.redis = redis_client(self._url)
         self.keys = Keys(self.settings.key_prefix, tenant=self.settings.tenant)
-        self.app = celery_app or _create_app(self.settings)
+        self.app = celery_app or broker_app(self.settings)
         # the deadline is compared on a worker's host: both read it on Redis TIME
         self.clock = clock or fleet_clock(self.redis)
         self.breakers = CircuitBreaker(
@@ -476,15 +476,3 @@ def _ended(spans: Sequence[Span], results: list[ToolResult]) -> list[ToolResult]
         error = None if result.error is None else str(result.error.type)
         end_call(span, result.status, error, result.attempts)
     return results
-
-
-def _create_app(settings: Settings) -> Celery:
-    """toolexec's Celery app for this client's settings.
-
-    Imported here rather than at the top: Celery (which imports click) is needed
-    to publish, not to declare tools or build results, and ``import toolexec``
-    must stay light for processes that only do those.
-    """
-    from toolexec.app import create_app
-
-    return create_app(settings)

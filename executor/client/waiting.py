@@ -23,11 +23,10 @@ from toolexec.client.prepare import PreparedCall, not_sent_info
 from toolexec.clock import Clock
 from toolexec.connection import BLIPS, async_reply_client, reply_client, unavailable
 from toolexec.errors import ErrorType
-from toolexec.execution import error_result
 from toolexec.keys import Keys
 from toolexec.liveness import ALIVE_WINDOW_S
 from toolexec.replies import BLOCK_S, ReplyBox
-from toolexec.results import ErrorInfo, PayloadRef, ToolResult
+from toolexec.results import ErrorInfo, PayloadRef, ToolResult, error_result
 
 __all__ = ["ReplyWaiter"]
 

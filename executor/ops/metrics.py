@@ -14,8 +14,11 @@ caller waits, fallbacks taken and payloads offloaded, and breaker states.
   so every worker reports the fleet-wide state of every breaker, however it
   changed; transitions this process caused are counted from the breaker's
   listeners.
-* Other modules report what only they see with :func:`record_fallback` and
-  :func:`record_offload`.
+* :class:`Metrics` is a :class:`toolexec.observe.Reporter`: ``toolexec
+  worker`` registers it (:func:`install`), and the worker's runtime feeds it
+  the task's observer hooks, fallbacks, offloads, dropped writes and breaker
+  transitions. Nothing in the worker's core imports this module, so
+  prometheus_client stays the optional ``ops`` extra.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ __all__ = [
     "BreakerCollector",
     "Metrics",
     "QueueDepthCollector",
+    "install",
     "metrics",
     "multiprocess_dir",
     "record_fallback",
@@ -191,6 +195,16 @@ class Metrics:
         """A breaker listener (:meth:`CircuitBreaker.add_listener`)."""
         self.transitions.labels(transition.name, str(transition.to_state)).inc()
 
+    def fell_back(self, tool: str, source: str) -> None:
+        self.fallbacks.labels(tool, source).inc()
+
+    def offloaded(self, tool: str, size_bytes: int, kind: str) -> None:
+        self.offloads.labels(tool, kind).inc()
+        self.offloaded_bytes.labels(tool, kind).inc(size_bytes)
+
+    def write_dropped(self, write: str) -> None:
+        self.writes_dropped.labels(write).inc()
+
 
 _metrics: Metrics | None = None
 _metrics_lock = threading.Lock()
@@ -205,15 +219,25 @@ def metrics() -> Metrics:
         return _metrics
 
 
+def install() -> None:
+    """Have this process's worker runtimes report to :func:`metrics` (``toolexec worker``).
+
+    Registered as a factory: a prefork child makes its own metrics when its
+    runtime is built, after the fork.
+    """
+    from toolexec.observe import add_reporter
+
+    add_reporter(metrics)
+
+
 def record_fallback(tool: str, source: str) -> None:
     """A call of ``tool`` was answered by a fallback (``source``: its tool or cache)."""
-    metrics().fallbacks.labels(tool, source).inc()
+    metrics().fell_back(tool, source)
 
 
 def record_offload(tool: str, size_bytes: int, kind: str = "result") -> None:
     """A ``kind`` (result or arguments) of ``tool`` was stored instead of travelling inline."""
-    metrics().offloads.labels(tool, kind).inc()
-    metrics().offloaded_bytes.labels(tool, kind).inc(size_bytes)
+    metrics().offloaded(tool, size_bytes, kind)
 
 
 class BreakerCollector:

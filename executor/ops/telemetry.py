@@ -2,8 +2,8 @@
 
 Split in two because of prometheus_client's multiprocess mode: it is chosen
 when prometheus_client is first imported, from ``PROMETHEUS_MULTIPROC_DIR``,
-so :func:`prepare` must run before the tool tasks are imported (they import
-:mod:`toolexec.ops.metrics`), and :func:`start` after.
+so :func:`prepare` must run before anything imports :mod:`toolexec.ops.metrics`,
+and :func:`start` (which registers the metrics as the runtime's reporter) after.
 """
 
 from __future__ import annotations
@@ -54,8 +54,10 @@ def start(settings: Settings, metrics_port: int | None) -> list[str]:
     ``--quiet`` drops the text banner, so that every line is JSON.
     """
     from toolexec.logs import install
+    from toolexec.ops import metrics
 
     install(settings.log_format)
+    metrics.install()  # the runtime's reporter: the core never imports prometheus_client
     if metrics_port is not None:
         _serve(settings, metrics_port)
     return ["--quiet"] if settings.log_format == "json" else []

@@ -15,7 +15,7 @@ import hashlib
 import itertools
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -197,9 +197,16 @@ class PayloadLayer(Layer):
 
     name = "payloads"
 
-    def __init__(self, offloader: Offloader, settings: Settings) -> None:
+    def __init__(
+        self,
+        offloader: Offloader,
+        settings: Settings,
+        on_offload: Callable[[str, int, str], None] | None = None,
+    ) -> None:
         self.offloader = offloader
         self.settings = settings
+        # (tool, bytes, kind): the worker's observers (toolexec.observe), e.g. its metrics
+        self.on_offload = on_offload
 
     def ttl_for(self, spec: ToolSpec) -> float:
         """How long a result is kept: a side-effecting tool's idempotency record replays it
@@ -224,11 +231,8 @@ class PayloadLayer(Layer):
             ref = self.offloader.put_encoded(encoded, self.ttl_for(attempt.spec))
         except PayloadStoreUnavailableError as exc:
             return replace(outcome, data=None, failure=_unstorable(attempt.spec, exc))
-        # imported here: prometheus_client picks its multiprocess mode on first import,
-        # which must come after the worker's set-up, never from a client's import
-        from toolexec.ops.metrics import record_offload
-
-        record_offload(attempt.tool, ref.size_bytes)
+        if self.on_offload is not None:
+            self.on_offload(attempt.tool, ref.size_bytes, "result")
         preview = build_preview(outcome.data, ref, limits.token_budget)
         return replace(outcome, data=preview, payload=ref)
 
@@ -340,12 +344,16 @@ class WorkerPayloads:
 
 
 def worker_payloads(
-    settings: Settings, redis_url: str, clock: Clock, client: redis.Redis
+    settings: Settings,
+    redis_url: str,
+    clock: Clock,
+    client: redis.Redis,
+    on_offload: Callable[[str, int, str], None] | None = None,
 ) -> WorkerPayloads:
     """The payload store of ``settings`` wired for a worker, on the worker's one ``client``."""
     store = open_store(settings, redis_url, clock, client=client)
     return WorkerPayloads(
-        PayloadLayer(Offloader(store, clock), settings),
+        PayloadLayer(Offloader(store, clock), settings, on_offload),
         PayloadReader(store, clock),
         marker_signer(settings, redis_client(redis_url)),
     )

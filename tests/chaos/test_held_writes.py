@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from prometheus_client import CollectorRegistry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -33,7 +34,7 @@ from toolexec.clock import SystemClock
 from toolexec.connection import redis_client
 from toolexec.context import CallContext
 from toolexec.keys import WRITE_ID_MARGIN_S, Keys
-from toolexec.ops.metrics import metrics
+from toolexec.ops.metrics import Metrics
 from toolexec.policies import BreakerPolicy, RetryBudgetPolicy
 from toolexec.retry_budget import RetryBudget
 from toolexec.settings import Settings
@@ -195,7 +196,10 @@ def test_held_writes_redis_never_takes_back_are_given_up_counted_and_stepped_aro
     keys = Keys(f"held-{uuid.uuid4().hex[:8]}")
     client = redis_client(server.url, retry=Retry(NoBackoff(), 0))
     settings = Settings(redis_url=server.url, data_dir=tmp_path / "data", key_prefix=keys.prefix)
-    runtime = WorkerRuntime(create_app(settings), settings, client=client, clock=SystemClock())
+    metrics = Metrics(CollectorRegistry())  # the reporter toolexec worker registers
+    runtime = WorkerRuntime(
+        create_app(settings), settings, client=client, clock=SystemClock(), report_to=[metrics]
+    )
     call = uuid.uuid4().hex
     deadline = time.time() + 1.0
     breakers, budget = CircuitBreaker(client, keys), RetryBudget(client, keys)
@@ -207,7 +211,7 @@ def test_held_writes_redis_never_takes_back_are_given_up_counted_and_stepped_aro
         batch, "cut", policy, admission, success=False, duration_s=0.1, write=write
     )
     budget.record_into(batch, "cut", tokens, first_attempt=True, failed=True, write=write)
-    registry = metrics().registry
+    registry = metrics.registry
 
     def dropped(write: str) -> float:
         value = registry.get_sample_value("toolexec_writes_dropped_total", {"write": write})

@@ -68,7 +68,8 @@ def test_a_tenants_last_good_results_are_its_own(redis_url: str) -> None:
     """A fallback answers from the cache of the caller's own tenant, never another's."""
     from toolexec.clock import ManualClock
     from toolexec.connection import redis_client
-    from toolexec.fallback import LastGood, LastGoodCache
+    from toolexec.fallback import LastGood
+    from toolexec.fallback.cache import LastGoodCache
 
     cache = LastGoodCache(
         redis_client(redis_url), Keys(f"sec-{uuid.uuid4().hex[:8]}"), ManualClock()

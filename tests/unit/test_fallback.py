@@ -23,21 +23,11 @@ from toolexec.clock import ManualClock
 from toolexec.context import CallContext
 from toolexec.errors import ConfigurationError, ErrorType, UnavailableError
 from toolexec.execution import Executor, Final, Verdict, error_info, error_result
-from toolexec.fallback import (
-    FALLBACK_TASK,
-    Alternative,
-    ChainRunner,
-    ChainState,
-    Deliver,
-    Explain,
-    LastGood,
-    LastGoodCache,
-    LastGoodLayer,
-    Send,
-    check_chain,
-    complete_chain,
-    falls_back,
-)
+from toolexec.fallback import Alternative, Explain, LastGood
+from toolexec.fallback.cache import LastGoodCache, LastGoodLayer
+from toolexec.fallback.chain import ChainRunner, Deliver, Send
+from toolexec.fallback.state import FALLBACK_TASK, ChainState, falls_back
+from toolexec.fallback.steps import check_chain, complete_chain
 from toolexec.keys import Keys
 from toolexec.redaction import Secret
 from toolexec.registry import Registry, ToolSpec, tool

@@ -108,7 +108,7 @@ def test_an_attempt_is_leased_for_its_time_limit_plus_a_grace(
     keys = Keys(f"t-{uuid.uuid4().hex[:10]}")
     client = redis_client(redis_url)
     observers = CallObservers(
-        CallStats(client, keys, clock=clock), Metrics(CollectorRegistry()), clock
+        CallStats(client, keys, clock=clock), [Metrics(CollectorRegistry())], clock
     )
     ctx = _ctx(clock.now() + 100)
 
@@ -130,7 +130,7 @@ def test_counters_that_cannot_be_written_never_fail_the_call(
     spec = _spec(registry)
     metrics = Metrics(CollectorRegistry())
     dead = CallStats(fail_fast_client("redis://127.0.0.1:1/0"), Keys("gone"))
-    observers = CallObservers(dead, metrics, ManualClock())
+    observers = CallObservers(dead, [metrics], ManualClock())
     ctx = _ctx(ManualClock().now() + 100)
 
     with caplog.at_level(logging.WARNING, logger="toolexec.worker"):
