@@ -43,6 +43,7 @@ import redis
 from _common import (
     BENCH_DIR,
     command_line,
+    cpu_seconds,
     interleave,
     machine_info,
     markdown_table,
@@ -145,6 +146,14 @@ def load_average() -> float:
     return float("nan")
 
 
+def _cpu(name: str, pid: int) -> float | None:
+    """A party's CPU seconds: a worker's with its processes', the others' own alone.
+
+    The client is this process, whose children are the workers: never summed.
+    """
+    return tree_cpu_seconds(pid) if name == "worker" else cpu_seconds(pid)
+
+
 @dataclass
 class Meter:
     """What one side spent over its rounds: CPU per process and server commands."""
@@ -156,12 +165,12 @@ class Meter:
     calls: int = 0
 
     def measure(self, calls: int, func: Callable[[], Any]) -> Any:
-        before_cpu = {name: tree_cpu_seconds(pid) for name, pid in self.pids.items()}
+        before_cpu = {name: _cpu(name, pid) for name, pid in self.pids.items()}
         before_cmd = command_counts(self.server)
         value = func()
         after_cmd = command_counts(self.server)
         for name, pid in self.pids.items():
-            start, end = before_cpu[name], tree_cpu_seconds(pid)
+            start, end = before_cpu[name], _cpu(name, pid)
             if start is not None and end is not None:
                 self.cpu[name] = self.cpu.get(name, 0.0) + end - start
         for name, count in after_cmd.items():

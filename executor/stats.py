@@ -256,10 +256,13 @@ class CallStats:
         now = self.clock.now()
         minute = int(now // 60)
         if fields and self.tally is not None and tag == "ok":
-            self.tally.add(("stats", bucket, minute), fields, self._summed(bucket, minute))
+            # one bucket per process, not per call: a flush is one script, and the
+            # fleet's processes still spread over the buckets (readers add them up)
+            summed = bucket_of(self.tally.ident, self.keys.buckets)
+            self.tally.add(("stats", minute), fields, self._summed(summed, minute))
         elif fields:
             if self.tally is not None:  # this minute's successes go first
-                self.tally.take_into(own, ("stats", bucket, minute))
+                self.tally.take_into(own, ("stats", minute))
             write = "" if keep_until is None else f"{call_id}:{attempt}:{tool}:{tag}"
             keep = "" if keep_until is None else repr(keep_until)
             self._count_into(own, bucket, minute, fields, (write, keep), on_error, held)

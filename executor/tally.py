@@ -98,6 +98,8 @@ class Tally:
         self._late: list[tuple[str, str]] = []  # (key, member) ended while being added
         self._resend: list[_Resend] = []
         self._id = uuid.uuid4().hex[:12]
+        #: This process's tally's name: its write ids, and the stats bucket its sums go to.
+        self.ident = self._id
         self._seq = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
