@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import redis
 
 from toolexec.embedded import ensure_embedded, stop_embedded
+from toolexec.ops.processes import process_name
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
 
@@ -131,11 +132,15 @@ def worker(
     log_path: Path,
     env: Mapping[str, str] | None = None,
     queues: str | None = None,
+    processes: int = 1,
 ) -> Iterator[WorkerProcess]:
     """A real worker importing ``tools`` (a module under bench/), stopped afterwards.
 
     ``env`` adds variables (settings the worker needs beyond ``settings``');
-    ``queues`` limits what it consumes (default: every tool's queue).
+    ``queues`` limits what it consumes (default: every tool's queue);
+    ``processes`` > 1 runs ``toolexec worker --processes N`` (its last process is
+    waited for; the supervisor's pid is the process's, :func:`tree_cpu_seconds` adds
+    the others' CPU).
     """
     proc = WorkerProcess(
         tools,
@@ -146,6 +151,9 @@ def worker(
         log_path=log_path,
         cwd=BENCH_DIR,
     )
+    if processes > 1:
+        proc.args += ["--processes", str(processes)]
+        proc.hostname = process_name(proc.hostname, processes)  # the last one started
     proc.start(settings.redis_url or "", settings.key_prefix, timeout=60.0)
     try:
         yield proc
@@ -181,6 +189,18 @@ def cpu_seconds(pid: int) -> float | None:
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> float | None:
+    """:func:`cpu_seconds` of ``pid`` and of its children (a worker's processes)."""
+    own = cpu_seconds(pid)
+    if own is None:
+        return None
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return own + sum(cpu_seconds(int(child)) or 0.0 for child in children)
 
 
 @dataclass

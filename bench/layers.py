@@ -48,6 +48,7 @@ from toolexec.results import ToolResult
 from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
 from toolexec.settings import Settings
 from toolexec.stats import CallStats
+from toolexec.tally import Tally
 from toolexec.validation import validate_against_schema
 
 TOOLS = Registry()
@@ -141,6 +142,24 @@ def through(layer: Layer, name: str, **extra: Any) -> Callable[[], None]:
     return run
 
 
+#: The fast path's rows flush their tally once per this many calls: one worker process
+#: at about 400 calls/s flushes every 0.25 s (toolexec.tally.FLUSH_S).
+CALLS_PER_FLUSH = 100
+
+
+def flushed(op: Callable[[], None], tally: Tally) -> Callable[[], None]:
+    """``op``, with the tally's flush (its round trip and scripts) shared by its calls."""
+    done = [0]
+
+    def run() -> None:
+        op()
+        done[0] += 1
+        if done[0] % CALLS_PER_FLUSH == 0:
+            tally.flush()
+
+    return run
+
+
 def bare() -> None:
     """What every row includes besides its layer: building the attempt, calling the body."""
     current = attempt("lookup")
@@ -163,6 +182,11 @@ def cases(client: redis.Redis, settings: Settings, keys: Keys, url: str) -> list
     store = IdempotencyStore(client, keys, lease_s=10.0, retention_s=600.0)
     observers = CallObservers(CallStats(client, keys), [Metrics()])
     metrics_only = CallObservers(None, [Metrics()])
+    tallies = [Tally(client) for _ in range(3)]
+    fast_observers = CallObservers(CallStats(client, keys, tally=tallies[2]), [Metrics()])
+    fast_breaker = BreakerLayer(breakers, gate=gate, tally=tallies[0])
+    fast_budget = RetryBudgetLayer(RetryBudget(client, keys), tally=tallies[1])
+    per_flush = f"per call, a flush per {CALLS_PER_FLUSH} calls"
     payloads = PayloadLayer(
         Offloader(open_store(settings, settings.redis_url or "", clock), clock), settings
     )
@@ -210,9 +234,21 @@ def cases(client: redis.Redis, settings: Settings, keys: Keys, url: str) -> list
         ),
         Case("breaker permit + record", "worker", through(BreakerLayer(breakers), "lookup")),
         Case(
+            "breaker, fast path (gate copy + tally)",
+            "worker",
+            flushed(through(fast_breaker, "lookup"), tallies[0]),
+            per_flush,
+        ),
+        Case(
             "retry budget record",
             "worker",
             through(RetryBudgetLayer(RetryBudget(client, keys)), "lookup"),
+        ),
+        Case(
+            "retry budget record, fast path (tally)",
+            "worker",
+            flushed(through(fast_budget, "lookup"), tallies[1]),
+            per_flush,
         ),
         Case(
             "rate limit (when the tool has one)",
@@ -229,8 +265,20 @@ def cases(client: redis.Redis, settings: Settings, keys: Keys, url: str) -> list
             "worker",
             through(IdempotencyLayer(store, default_queue="tools"), "lookup"),
         ),
+        Case(
+            "idempotency, read-only, fast path (no lease: the orphan watch)",
+            "worker",
+            through(IdempotencyLayer(store, default_queue="tools", lease_reads=False), "lookup"),
+        ),
         Case("payload check (small result)", "worker", through(payloads, "lookup")),
         Case("stats + in-flight lease (Redis)", "worker", observe(observers), subtract_bare=False),
+        Case(
+            "stats + running set, fast path (tally)",
+            "worker",
+            flushed(observe(fast_observers), tallies[2]),
+            per_flush,
+            subtract_bare=False,
+        ),
         Case(
             "metrics (Prometheus, in process)", "worker", observe(metrics_only), subtract_bare=False
         ),

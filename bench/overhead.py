@@ -52,6 +52,7 @@ from _common import (
     progress,
     require,
     run_settings,
+    tree_cpu_seconds,
     worker,
 )
 
@@ -82,6 +83,7 @@ class Config:
     peers: bool = False
     strict: bool = False
     only: frozenset[str] = FIGURES
+    processes: int = 1
 
 
 QUICK: dict[str, Any] = {
@@ -108,6 +110,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     add("--rounds", type=int, help="rounds per figure, the sides interleaved (3)")
     add("--concurrency", type=int, help="thread slots of the no-op workers (8)")
     add("--peers", action="store_true", help="Dramatiq on the same no-op too (extra [bench])")
+    add("--processes", type=int, help="toolexec worker processes (--processes N; 1)")
     add("--strict", action="store_true", help="exit 1 when a target is missed")
     add(
         "--only",
@@ -143,6 +146,14 @@ def load_average() -> float:
     return float("nan")
 
 
+def _cpu(name: str, pid: int) -> float | None:
+    """A party's CPU seconds: a worker's with its processes', the others' own alone.
+
+    The client is this process, whose children are the workers: never summed.
+    """
+    return tree_cpu_seconds(pid) if name == "worker" else cpu_seconds(pid)
+
+
 @dataclass
 class Meter:
     """What one side spent over its rounds: CPU per process and server commands."""
@@ -154,12 +165,12 @@ class Meter:
     calls: int = 0
 
     def measure(self, calls: int, func: Callable[[], Any]) -> Any:
-        before_cpu = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        before_cpu = {name: _cpu(name, pid) for name, pid in self.pids.items()}
         before_cmd = command_counts(self.server)
         value = func()
         after_cmd = command_counts(self.server)
         for name, pid in self.pids.items():
-            start, end = before_cpu[name], cpu_seconds(pid)
+            start, end = before_cpu[name], _cpu(name, pid)
             if start is not None and end is not None:
                 self.cpu[name] = self.cpu.get(name, 0.0) + end - start
         for name, count in after_cmd.items():
@@ -292,8 +303,9 @@ class Toolexec:
 
     name = "toolexec"
 
-    def __init__(self, server: Server, data_dir: Path) -> None:
+    def __init__(self, server: Server, data_dir: Path, processes: int = 1) -> None:
         self.settings: Settings = run_settings(server.url, data_dir, task_events=True)
+        self.processes = processes
         self.client = ToolClient(self.settings)
         self.server = redis.Redis.from_url(server.url)
         self.pids = {"server": server.pid, "client": os.getpid()}
@@ -305,10 +317,11 @@ class Toolexec:
         with worker(
             self.settings,
             "bench_tools",
-            concurrency=slots,
+            concurrency=max(1, slots // self.processes),  # the same slots in all
             pool="threads",
             log_path=self.log,
             queues=queue,
+            processes=self.processes,
         ) as proc:
             assert proc.process is not None
             self.pids["worker"] = proc.process.pid
@@ -500,7 +513,8 @@ def notes_for(cfg: Config, figs: dict[str, Figures], loads: list[float]) -> list
         "no-op workers: threads pool, "
         f"{cfg.concurrency} slots; fan-out workers: threads pool, {cfg.fanout_slots} slots; "
         "each side has its own Valkey; toolexec sends task events (worker and client), "
-        "plain Celery -E worker events only, as Flower needs",
+        "plain Celery -E worker events only, as Flower needs; toolexec worker processes: "
+        f"{cfg.processes} (the slots shared among them; CPU: the processes' sum)",
         "load average (1 min) during the run: "
         + ", ".join(f"{x:.2f}" for x in loads)
         + f" on {os.cpu_count()} core(s), shared with other work: figures are noisy",
@@ -533,7 +547,7 @@ def run(cfg: Config, stack: contextlib.ExitStack, tmp: Path) -> bool:
     servers = [stack.enter_context(own_server()) for _ in range(3)]
     plain = PlainCelery("plain", servers[0], events=False)
     plain_e = PlainCelery(BASE, servers[1], events=True)
-    tx = Toolexec(servers[2], tmp)
+    tx = Toolexec(servers[2], tmp, cfg.processes)
     sides: list[Any] = [plain, plain_e, tx]
     for side in sides:
         stack.callback(side.close)

@@ -45,6 +45,7 @@ from toolexec.keys import BUDGET_IDLE_TTL_S, Keys
 from toolexec.layers import Attempt, Layer, Outcome, Proceed, Verdict
 from toolexec.lua import register, script_source
 from toolexec.policies import RetryBudgetPolicy
+from toolexec.tally import Tally, Writer
 from toolexec.waits import budget_wait, failing_share
 
 __all__ = ["BudgetView", "RetryBudget", "RetryBudgetLayer", "budget_name"]
@@ -182,17 +183,20 @@ class RetryBudget:
         first_attempt: bool,
         failed: bool,
         write: tuple[str, float] | None = None,
+        amount: int = 1,
     ) -> None:
         """:meth:`record` queued on ``batch``, its reply unneeded.
 
         ``write`` (an id, and until when to remember it) makes it a held write
         that counts once however often it is sent (``toolexec.batch``).
+        ``amount``: how many such attempts it stands for (a worker's sum of its
+        calls or successes, ``toolexec.tally``).
         """
         if policy.kind == "ratio" and not first_attempt:
             return
         op = "call" if policy.kind == "ratio" else ("fail" if failed else "succeed")
         if policy.enabled and not self.fail_open.down():
-            self._queue(batch, name, policy, op, None, write)
+            self._queue(batch, name, policy, op, None, write, amount=amount)
 
     def _ask(
         self,
@@ -228,6 +232,7 @@ class RetryBudget:
         on_reply: Callable[[Any], None] | None,
         write: tuple[str, float] | None = None,
         retry_id: str = "",
+        amount: int = 1,
     ) -> None:
         now = "" if self.clock is None else repr(float(self.clock.now()))
         keys = [self.keys.budget(name), self.keys.budget_retries(name), self.keys.budget_done(name)]
@@ -245,6 +250,9 @@ class RetryBudget:
             args += ["", "0"]
         if retry_id and policy.kind == "ratio":
             args.append(retry_id)  # a settle lost with its connection keeps the place: safe
+        if amount != 1:
+            width = 9 if policy.kind == "ratio" else 7
+            args += [""] * (width - len(args)) + [amount]  # after the optional ones
         batch.script(self.redis, script, keys, args, on_reply, self._failed, held=held)
 
     def _failed(self, exc: Exception) -> None:
@@ -281,14 +289,19 @@ class RetryBudgetLayer(Layer):
     trip of its own). A refused retry may wait for budget (``toolexec.waits``):
     the call comes back owing it (``CallContext.budget_for``), and that
     attempt asks for it in its admission round trip before it runs.
-    Tools that cannot retry (``max_attempts`` 1) are left alone.
+    Tools that cannot retry (``max_attempts`` 1) are left alone. With a
+    ``tally`` (a worker's), a first attempt's count on a ratio budget and a
+    success on a token budget are added up in the process and written with its
+    next flush (``toolexec.tally``); a failure or a retry's outcome is written
+    with its call, after the counts still pending.
     """
 
     name = "retry_budget"
     owed = "retry_budget.owed"
 
-    def __init__(self, budget: RetryBudget) -> None:
+    def __init__(self, budget: RetryBudget, *, tally: Tally | None = None) -> None:
         self.budget = budget
+        self.tally = tally
 
     def admit(self, attempt: Attempt, batch: Batch) -> None:
         if attempt.ctx.budget_for != attempt.number or not _budgeted(attempt):
@@ -336,12 +349,30 @@ class RetryBudgetLayer(Layer):
             return
         policy = attempt.spec.policy.retry_budget
         failed = counts_as_failure(seen.failure)
+        first = attempt.number == 1
+        if self.tally is not None:
+            summed = first if policy.kind == "ratio" else not failed
+            if summed and write is not None:
+                self.tally.add(("budget", name), {"n": 1}, self._summed(name, policy, first))
+                return
+            self.tally.take_into(batch, ("budget", name))  # they came first
         self.budget.record_into(
-            batch, name, policy, first_attempt=attempt.number == 1, failed=failed, write=write
+            batch, name, policy, first_attempt=first, failed=failed, write=write
         )
         if attempt.number > 1:
             outcome = "fail" if failed else "ok"
             self.budget.settle_into(batch, name, policy, retry_id(attempt, attempt.number), outcome)
+
+    def _summed(self, name: str, policy: RetryBudgetPolicy, first: bool) -> Writer:
+        """The tally's writer of ``name``'s counts: one record standing for all of them."""
+
+        def write(batch: Batch, counts: Mapping[str, int], write: tuple[str, float]) -> None:
+            self.budget.record_into(
+                batch, name, policy, first_attempt=first, failed=False, write=write,
+                amount=counts["n"],
+            )
+
+        return write
 
     def allow_retry(
         self, attempt: Attempt, failure: ToolException

@@ -27,6 +27,7 @@ from toolexec.batch import Batch, OnError
 from toolexec.clock import Clock, SystemClock
 from toolexec.keys import STATS_TTL_S, Keys, bucket_of
 from toolexec.lua import register, script_source
+from toolexec.tally import Tally, Writer
 
 __all__ = ["CallStats", "ToolStats", "running_attempt"]
 
@@ -103,6 +104,10 @@ class CallStats:
 
     ``lease_ttl_s`` bounds how long the set of running attempts outlives its
     last write; it must exceed every lease (the longest deadline allowed).
+    With a ``tally`` (a worker's), a call that succeeds is counted there and
+    written with the process's next flush, and an attempt joins the running
+    set only if it outlives one (``toolexec.tally``); failures, retries and
+    hand-overs are written with their call as before.
     """
 
     def __init__(
@@ -112,11 +117,13 @@ class CallStats:
         *,
         clock: Clock | None = None,
         lease_ttl_s: float = 960.0,
+        tally: Tally | None = None,
     ) -> None:
         self.redis = client
         self.keys = keys
         self.clock = clock or SystemClock()
         self.lease_ttl_s = int(lease_ttl_s)
+        self.tally = tally
         self._count_script = register(client, script_source("stats_count"))
 
     # -- the worker's side -------------------------------------------------
@@ -133,6 +140,9 @@ class CallStats:
         """An attempt starts; it counts as running until it ends or ``lease_until``."""
         bucket = bucket_of(call_id, self.keys.buckets)
         key, member = self.keys.in_flight(bucket), _member(tool, call_id, attempt)
+        if self.tally is not None:
+            self.tally.started(key, member, lease_until)
+            return
 
         def queue(pipe: Any) -> None:
             pipe.zadd(key, {member: lease_until})
@@ -181,6 +191,10 @@ class CallStats:
         call = {"calls": 1, outcome: 1} | ({"degraded": 1} if degraded else {})
         counts = {} if chained else {"attempts": 1}
         others = {call_of or tool: call}
+        if error_type is None and not degraded and not chained and call_of in (None, tool):
+            counts |= call
+            self._ended(tool, call_id, attempt, counts, batch, on_error, keep_until, None, "ok")
+            return
         self._ended(tool, call_id, attempt, counts, batch, on_error, keep_until, others, tag="end")
 
     def handed_on(
@@ -234,22 +248,53 @@ class CallStats:
         held = None if keep_until is None else "stats"
         own = Batch() if batch is None else batch
         key = self.keys.in_flight(bucket)
-        own.add(self.redis, lambda pipe: pipe.zrem(key, member), on_error=on_error, held=held)
+        if self.tally is None or self.tally.ended(member):
+            own.add(self.redis, lambda pipe: pipe.zrem(key, member), on_error=on_error, held=held)
         fields = {f"{tool}{_SEP}{name}": n for name, n in counts.items()}
         for other, more in (others or {}).items():
             fields |= {f"{other}{_SEP}{name}": n for name, n in more.items()}
-        if fields:
-            now = self.clock.now()
+        now = self.clock.now()
+        minute = int(now // 60)
+        if fields and self.tally is not None and tag == "ok":
+            # one bucket per process, not per call: a flush is one script, and the
+            # fleet's processes still spread over the buckets (readers add them up)
+            summed = bucket_of(self.tally.ident, self.keys.buckets)
+            self.tally.add(("stats", minute), fields, self._summed(summed, minute))
+        elif fields:
+            if self.tally is not None:  # this minute's successes go first
+                self.tally.take_into(own, ("stats", minute))
             write = "" if keep_until is None else f"{call_id}:{attempt}:{tool}:{tag}"
-            minute = int(now // 60)
-            args: list[Any] = [repr(now), write, "" if keep_until is None else repr(keep_until)]
-            args += [STATS_TTL_S, minute, minute - KEPT_MINUTES + 1]
-            for name, amount in fields.items():
-                args += [name, amount]
-            keys = [self.keys.stats(bucket), self.keys.stats_done(bucket)]
-            own.script(self.redis, self._count_script, keys, args, on_error=on_error, held=held)
+            keep = "" if keep_until is None else repr(keep_until)
+            self._count_into(own, bucket, minute, fields, (write, keep), on_error, held)
         if batch is None:
             own.execute()
+
+    def _count_into(
+        self,
+        batch: Batch,
+        bucket: int,
+        minute: int,
+        fields: Mapping[str, int],
+        write: tuple[str, str],
+        on_error: OnError | None,
+        held: str | None,
+    ) -> None:
+        """The stats script adding ``fields`` to ``minute`` of ``bucket``, queued on ``batch``."""
+        args: list[Any] = [repr(self.clock.now()), write[0], write[1]]
+        args += [STATS_TTL_S, minute, minute - KEPT_MINUTES + 1]
+        for name, amount in fields.items():
+            args += [name, amount]
+        keys = [self.keys.stats(bucket), self.keys.stats_done(bucket)]
+        batch.script(self.redis, self._count_script, keys, args, on_error=on_error, held=held)
+
+    def _summed(self, bucket: int, minute: int) -> Writer:
+        """The tally's writer of one bucket's minute: a held write, counted once."""
+
+        def write(batch: Batch, counts: Mapping[str, int], write: tuple[str, float]) -> None:
+            ident = (write[0], repr(write[1]))
+            self._count_into(batch, bucket, minute, counts, ident, None, "stats")
+
+        return write
 
     def _send(self, queue: Any, batch: Batch | None, on_error: OnError | None) -> None:
         """Queue on ``batch`` (sent with the attempt's other commands), else send now."""

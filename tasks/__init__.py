@@ -24,7 +24,7 @@ from toolexec.tasks.catalog_publisher import (
 )
 from toolexec.tasks.fallback_task import register_fallback_task
 from toolexec.tasks.message_guard import MessageGuard
-from toolexec.tasks.runtime import WorkerRuntime, runtime_of
+from toolexec.tasks.runtime import WorkerRuntime, runtime_of, stop_runtime
 from toolexec.tasks.tool_task import ToolFailed, ToolTask, register_tool_task
 
 __all__ = [
@@ -45,6 +45,9 @@ signals.worker_ready.connect(on_worker_ready, weak=False)
 # a worker that stops leaves the live set at once (a remote shutdown sends only the second)
 signals.worker_shutting_down.connect(on_worker_shutting_down, weak=False)
 signals.worker_shutdown.connect(on_worker_shutting_down, weak=False)
+# the successes a process summed and has not written yet are written as it stops
+signals.worker_shutdown.connect(lambda sender, **_: stop_runtime(sender.app), weak=False)
+signals.worker_process_shutdown.connect(lambda **_: stop_runtime(app), weak=False)
 # every log line scrubbed of credentials and kept on one line, under `celery -A toolexec.app
 # worker` too (`toolexec worker` installs the same in toolexec.logs.install)
 signals.after_setup_logger.connect(scrub_handlers, weak=False)

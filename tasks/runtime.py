@@ -36,6 +36,7 @@ from celery import Celery
 from toolexec.app import settings_of
 from toolexec.batch import Batch
 from toolexec.breaker import CircuitBreaker
+from toolexec.breaker.gate import BreakerGate
 from toolexec.breaker.layer import BreakerLayer
 from toolexec.clock import Clock
 from toolexec.connection import fail_fast_client, fleet_clock, redis_url, through_blips
@@ -61,13 +62,16 @@ from toolexec.retry_after import RetryAfterCap
 from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
 from toolexec.settings import Settings
 from toolexec.stats import CallStats
+from toolexec.tally import Tally
 from toolexec.tracing import TracingLayer
 
 __all__ = [
     "WorkerRuntime",
     "attempt_number",
     "build_executor",
+    "orphans_covered",
     "runtime_of",
+    "stop_runtime",
 ]
 
 log = logging.getLogger("toolexec.worker")
@@ -100,18 +104,37 @@ class WorkerRuntime:
         # Deadlines are set on the client's host: both read them on Redis TIME.
         self.clock = clock or fleet_clock(self.redis)
         self.keys = Keys(settings.key_prefix)
+        # a healthy call's success-side writes, summed here and flushed a few times a second
+        self.tally = Tally(
+            self.redis, clock=self.clock, running_ttl_s=int(settings.visibility_timeout)
+        )
+        # this process's copy of the breakers' gates, which Redis invalidates
+        gates = CircuitBreaker(self.redis, self.keys)
+        self.gate = BreakerGate(redis_url(settings), gates, self.keys, self.clock)
         self.idempotency = IdempotencyStore(
             self.redis,
             self.keys,
             lease_s=settings.idempotency_lease_s,
             retention_s=settings.idempotency_retention_s,
         )
-        stats = CallStats(self.redis, self.keys, lease_ttl_s=settings.visibility_timeout)
+        stats = CallStats(
+            self.redis,
+            self.keys,
+            clock=self.clock,
+            lease_ttl_s=settings.visibility_timeout,
+            tally=self.tally,
+        )
         # the reporters the process registered (toolexec worker: its metrics), unless given
         report_to = reporters() if report_to is None else report_to
         self.observers = CallObservers(stats if settings.stats else None, report_to, self.clock)
         self.executor = build_executor(self, registry)
         self.chains = ChainRunner.for_worker(settings, self.redis, registry, self.clock)
+        self.tally.start()
+
+    def stop(self) -> None:
+        """The worker stops: what the tally holds is written now, not lost with the process."""
+        self.tally.stop()
+        self.gate.close()
 
     # -- the one way out for messages --------------------------------------------
 
@@ -383,7 +406,10 @@ def _log_outcome(result: ToolResult) -> None:
 def build_executor(runtime: WorkerRuntime, registry: Registry) -> Executor:
     """The worker's executor and its layers, outermost first: the order is the design."""
     settings, client, keys, clock = runtime.settings, runtime.redis, runtime.keys, runtime.clock
-    breakers = CircuitBreaker(client, keys, on_redis_error=settings.breaker_on_redis_error)
+    # the fleet's clock, not Redis TIME in each script: no TIME command per attempt
+    breakers = CircuitBreaker(
+        client, keys, clock=clock, on_redis_error=settings.breaker_on_redis_error
+    )
     breakers.add_listener(runtime.observers.on_transition)
     payloads = worker_payloads(
         settings, redis_url(settings), clock, client, runtime.observers.offloaded
@@ -396,11 +422,14 @@ def build_executor(runtime: WorkerRuntime, registry: Registry) -> Executor:
         layers=[
             TracingLayer(),  # outermost: its settle sees the verdict last (toolexec.tracing)
             IdempotencyLayer(
-                runtime.idempotency, default_queue=settings.default_queue, clock=clock
+                runtime.idempotency,
+                default_queue=settings.default_queue,
+                clock=clock,
+                lease_reads=not orphans_covered(runtime.app),
             ),
             RateLimitLayer(RateLimiter(client, keys), limits, clock=clock),
-            BreakerLayer(breakers),
-            RetryBudgetLayer(RetryBudget(client, keys)),
+            BreakerLayer(breakers, gate=runtime.gate, tally=runtime.tally),
+            RetryBudgetLayer(RetryBudget(client, keys, clock=clock), tally=runtime.tally),
             LastGoodLayer(LastGoodCache(client, keys, clock), registry),
             payloads.layer,
             RetryAfterCap(settings.retry_after_cap_s),
@@ -421,6 +450,26 @@ class _Slot:
 
     lock: threading.Lock
     runtime: WorkerRuntime | None = None
+
+
+def orphans_covered(celery_app: Celery) -> bool:
+    """Whether this worker's broker gives a dead consumer's messages back within seconds.
+
+    Redis through toolexec's transport (``toolexec.orphans``, selected in a
+    worker only) and RabbitMQ (on the connection's loss) do: there a read-only
+    call needs no lease of its own to be handed on when its worker dies
+    (``IdempotencyLayer.lease_reads``; tests/chaos/test_worker_loss.py).
+    """
+    chosen = str(celery_app.conf.get("broker_transport") or "")
+    scheme = str(celery_app.conf.broker_url or "").partition("://")[0].lower()
+    return chosen.startswith("toolexec.transport:") or scheme in ("amqp", "amqps", "pyamqp")
+
+
+def stop_runtime(celery_app: Celery) -> None:
+    """Stop this process's runtime, if it built one: its last sums are written."""
+    slot: _Slot | None = celery_app.__dict__.get("_toolexec_runtime")
+    if slot is not None and slot.runtime is not None and slot.runtime.pid == os.getpid():
+        slot.runtime.stop()
 
 
 def runtime_of(celery_app: Celery) -> WorkerRuntime:

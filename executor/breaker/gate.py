@@ -170,6 +170,22 @@ class BreakerGate:
             ).refusal()
         return None if refused is None or _worth_waiting(refused, policy) else refused
 
+    def closed(self, name: str) -> bool:
+        """Whether the kept copy says breaker ``name`` is closed (False: ask the script).
+
+        The worker's admission (``toolexec.breaker.layer``) takes no permit from a
+        closed breaker, so it asks this instead of the script: a round trip per
+        attempt saved while the copy is subscribed to the breaker's changes.
+        """
+        found, raw = self._gate(self.keys.breaker_gate(name))
+        return found and gate_verdict(raw, self.clock.now()).verdict is GateVerdict.ADMIT
+
+    def forget(self, name: str) -> None:
+        """Drop the copy of ``name``'s gate: this process just saw the breaker move."""
+        with self._lock:
+            self._epoch += 1
+            self._gates.pop(self.keys.breaker_gate(name), None)
+
     def close(self) -> None:
         with self._lock:
             self._stop_listening()

@@ -18,21 +18,31 @@ refusal ends counts once, with the service's last real error
 
 The permit is asked for in the attempt's admission round trip and the outcome
 recorded in its settlement round trip (``toolexec.batch``), so the breaker
-adds no round trip of its own. When an outer layer answers first (a replay,
-a deferral), the permit was asked for all the same: a closed breaker wrote
-nothing for it, and a probe permit is given back in the settlement.
+adds no round trip of its own. On a worker it does less: while the process's
+copy of the breaker's gate (:class:`~toolexec.breaker.gate.BreakerGate`, which
+Redis invalidates) says closed, the attempt is admitted from the copy, and its
+success is added to the process's tally (``toolexec.tally``), written with the
+next flush; a failure, a slow call or any attempt admitted by the script is
+recorded in the settlement at once, after the successes still pending. When
+an outer layer answers first (a replay, a deferral), the permit was asked for
+all the same: a closed breaker wrote nothing for it, and a probe permit is
+given back in the settlement.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from toolexec.batch import Batch
+from toolexec.breaker.gate import BreakerGate
 from toolexec.breaker.policy import breaker_name, counts_as_failure
 from toolexec.breaker.store import CircuitBreaker
-from toolexec.breaker.views import Admission
+from toolexec.breaker.views import Admission, BreakerState, Transition
 from toolexec.errors import TRANSIENT_TYPES, RetryBudgetExhaustedError, ToolException
 from toolexec.layers import Attempt, Final, Layer, Outcome, Proceed, Retry, Verdict
+from toolexec.policies import BreakerPolicy
+from toolexec.tally import Tally, Writer
 from toolexec.waits import breaker_wait
 
 __all__ = ["BreakerLayer"]
@@ -45,6 +55,7 @@ class _Note:
     name: str
     admission: Admission | None = None
     seen: Outcome | None = None  # the body's outcome, once ``around`` ran it
+    copied: bool = False  # admitted from the gate's copy: closed, no permit
 
 
 def _counted(note: _Note, admission: Admission, verdict: Verdict) -> bool:
@@ -90,12 +101,25 @@ class BreakerLayer(Layer):
 
     name = "breaker"
 
-    def __init__(self, breakers: CircuitBreaker) -> None:
+    def __init__(
+        self,
+        breakers: CircuitBreaker,
+        *,
+        gate: BreakerGate | None = None,
+        tally: Tally | None = None,
+    ) -> None:
         self.breakers = breakers
+        self.gate = gate
+        self.tally = tally
 
     def admit(self, attempt: Attempt, batch: Batch) -> None:
         note = _Note(breaker_name(attempt.tool, attempt.spec.policy.breaker_key, attempt.arguments))
         attempt.notes[self.name] = note
+        policy = attempt.spec.policy.breaker
+        if policy.enabled and self.gate is not None and self.gate.closed(note.name):
+            note.admission = Admission(name=note.name, allowed=True, state=BreakerState.CLOSED)
+            note.copied = True
+            return
 
         def admitted(admission: Admission) -> None:
             note.admission = admission
@@ -157,13 +181,48 @@ class BreakerLayer(Layer):
         failure: ToolException | None,
     ) -> None:
         assert note.seen is not None
+        policy, name = attempt.spec.policy.breaker, note.name
+        if self.tally is not None:
+            if note.copied and success and not policy.is_slow(note.seen.duration_s):
+                self.tally.add(("breaker", name), {"ok": 1}, self._successes(name, policy))
+                return
+            self.tally.take_into(batch, ("breaker", name))  # they came first
         self.breakers.record_into(
             batch,
-            note.name,
-            attempt.spec.policy.breaker,
+            name,
+            policy,
             admission,
             success=success,
             duration_s=note.seen.duration_s,
             retry_after=getattr(failure, "retry_after", None),
             write=attempt.write,
+            caused=self._moved(name),
         )
+
+    def _moved(self, name: str) -> Callable[[Transition | None], None]:
+        """A record that moved the breaker: this process's copy of its gate is out of date."""
+
+        def caused(transition: Transition | None) -> None:
+            if transition is not None and self.gate is not None:
+                self.gate.forget(name)
+
+        return caused
+
+    def _successes(self, name: str, policy: BreakerPolicy) -> Writer:
+        """The tally's writer of ``name``'s successes: one record standing for all of them."""
+
+        def write(batch: Batch, counts: Mapping[str, int], write: tuple[str, float]) -> None:
+            closed = Admission(name=name, allowed=True, state=BreakerState.CLOSED)
+            self.breakers.record_into(
+                batch,
+                name,
+                policy,
+                closed,
+                success=True,
+                duration_s=0.0,
+                write=write,
+                successes=counts["ok"],
+                caused=self._moved(name),
+            )
+
+        return write

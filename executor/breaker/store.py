@@ -348,11 +348,14 @@ class CircuitBreaker:
         retry_after: float | None = None,
         caused: Callable[[Transition | None], None] | None = None,
         write: tuple[str, float] | None = None,
+        successes: int = 1,
     ) -> None:
         """:meth:`record` queued on ``batch``; ``caused`` gets the transition, if any.
 
         ``write`` (an id, and until when to remember it) makes the record a held
         write that counts once however often it is sent (``toolexec.batch``).
+        ``successes``: a success record standing for that many calls (a worker's
+        sum of them, ``toolexec.tally``).
         """
         _check_name(name)
         if admission.name != name:
@@ -377,6 +380,7 @@ class CircuitBreaker:
             "" if write is None else repr(float(write[1])),
             policy.open_factor,
             policy.max_open_s,
+            max(1, successes),
         ]
         self._register_into(batch, name)
 

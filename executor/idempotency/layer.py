@@ -139,8 +139,14 @@ class IdempotencyLayer(Layer):
         default_queue: str = "tools",
         runner: Runner | None = None,
         clock: Clock | None = None,
+        lease_reads: bool = True,
     ) -> None:
         self.store = store
+        #: Whether a read-only call without a key holds a lease (``call_mode`` "lease").
+        #: A worker whose broker gives a dead consumer's messages back within seconds
+        #: (``toolexec.orphans``; RabbitMQ on its own) needs none: that hands the call
+        #: on as fast, without a record written and deleted per call.
+        self.lease_reads = lease_reads
         self.keeper = LeaseKeeper(store, store.lease_s / 3)
         self.default_queue = default_queue
         self.runner = runner or Runner()
@@ -150,9 +156,11 @@ class IdempotencyLayer(Layer):
 
     def admit(self, attempt: Attempt, batch: Batch) -> None:
         """Begin the record in the attempt's admission round trip; ``around`` reads the claim."""
+        mode = call_mode(attempt.spec, attempt.ctx)
+        if mode == "lease" and not self.lease_reads:
+            return
         begun = _Begun()
         attempt.notes[self.name] = begun
-        mode = call_mode(attempt.spec, attempt.ctx)
 
         def claimed(claim: Claim) -> None:
             begun.claim = claim
@@ -166,6 +174,8 @@ class IdempotencyLayer(Layer):
 
     def around(self, attempt: Attempt, proceed: Proceed) -> Outcome:
         mode = call_mode(attempt.spec, attempt.ctx)
+        if mode == "lease" and not self.lease_reads:
+            return proceed()
         try:
             claim = self._claimed(attempt, mode)
         except REDIS_ERRORS as exc:

@@ -1,6 +1,8 @@
 -- ARGV: now, failed, slow, retry_after, generation, permit, N, rate, window, min_calls,
---       open_s, M, idle_ttl, write id, keep, open_factor, max_open_s   (N and rate:
---       0 = off; retry_after, generation, write id: '' = none). KEYS[4]: the record ids
+--       open_s, M, idle_ttl, write id, keep, open_factor, max_open_s, successes  (N and rate:
+--       0 = off; retry_after, generation, write id: '' = none; successes: how many calls
+--       a success record stands for, a worker's sum of them (toolexec.tally), else 1).
+--       KEYS[4]: the record ids
 --       seen (prelude's once): a record sent again after a broken connection is counted
 --       once. Each trip that follows the last without a calm spell (closed for twice
 --       the last open) stays open open_factor times longer, up to max_open_s.
@@ -11,6 +13,7 @@ local n, rate, size, min_calls = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(
   tonumber(ARGV[10])
 local open_s, m, idle = tonumber(ARGV[11]), tonumber(ARGV[12]), tonumber(ARGV[13])
 local factor, cap = tonumber(ARGV[16] or '1'), tonumber(ARGV[17] or ARGV[11])
+local count = tonumber(ARGV[18] or '1')
 local bad = failed or slow
 local b = load()
 if not once(KEYS[4], ARGV[14] or '', tonumber(ARGV[15] or '0'), now) then return view(b, now) end
@@ -31,6 +34,7 @@ end
 local function on_closed()
   local mark = '0'
   if failed then mark = '1' elseif slow then mark = '2' end
+  if not bad then mark = string.rep('0', math.min(count, size)) end
   b.window = string.sub(b.window .. mark, -size)
   if bad then
     b.consecutive = b.consecutive + 1

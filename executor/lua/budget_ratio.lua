@@ -1,6 +1,7 @@
 -- A ratio retry budget. KEYS = {the budget's hash, its retries (sorted set)}.
 -- ARGV = now ('' = Redis TIME), operation (call | spend | peek | ok | fail | release),
--- window_s, ratio, min_retries, buckets, write id, keep, retry id; KEYS[3], the write ids seen
+-- window_s, ratio, min_retries, buckets, write id, keep, retry id, calls (how many calls a
+-- 'call' counts: a worker's sum of them, toolexec.tally; default 1); KEYS[3], the write ids seen
 -- (prelude's once): a 'call' sent again after a broken connection is counted once.
 -- Calls are counted per bucket in the hash ('c:<bucket>'), and so are the retries
 -- that settled ('o:' succeeded, 'f:' failed); buckets older than the window are
@@ -38,8 +39,9 @@ if op == 'call' then
   -- in the settlement), so the retries' clean-up and counts are left to the ops that
   -- answer a question; a set nobody spends from expires with its members long stale.
   if once(KEYS[3], ARGV[7] or '', tonumber(ARGV[8] or '0'), now) then
-    redis.call('HINCRBY', KEY, 'c:' .. cur, 1)
-    sums.c = sums.c + 1
+    local calls = tonumber(ARGV[10] or '1')
+    redis.call('HINCRBY', KEY, 'c:' .. cur, calls)
+    sums.c = sums.c + calls
   end
   redis.call('PEXPIRE', KEY, math.ceil(window * 2000))
   return {1, fmt(sums.c), '0', '0', fmt(sums.o), fmt(sums.f), '0'}

@@ -10,7 +10,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -20,7 +20,8 @@ from toolexec.ops.cli_support import EXIT_UNREACHABLE, Unreachable
 from toolexec.ops.faults_cli import faults
 from toolexec.ops.health import health
 from toolexec.ops.mcp_cli import mcp
-from toolexec.ops.pool_default import choose_pool
+from toolexec.ops.pool_default import PoolChoice, choose_pool
+from toolexec.ops.processes import ProcessPlan, Supervisor, plan_processes
 from toolexec.ops.services_cli import flower, serve_embedded
 from toolexec.ops.status import status
 from toolexec.ops.traces_cli import trace, traces
@@ -103,6 +104,33 @@ def _freeze_startup_heap() -> None:
     these pages untouched too. Cycles made later are collected as before.
     """
     gc.freeze()
+
+
+def _supervise(
+    plan: ProcessPlan,
+    choice: PoolChoice,
+    hostname: str | None,
+    loglevel: str,
+    queues: str,
+    metrics_port: int | None,
+    connect_wait: float,
+    mcp_servers: tuple[str, ...],
+) -> NoReturn:
+    """Run ``plan.processes`` worker processes and watch them (``toolexec.ops.processes``)."""
+    name = hostname or f"toolexec-{os.getpid()}@%h"
+    click.echo(
+        f"toolexec worker: {plan.reason}, each a {choice.pool} pool of {choice.concurrency} "
+        f"slots, sharing the queues ({plan.processes * choice.concurrency} slots in all)",
+        err=True,
+    )
+    argv = ["-P", choice.pool, "-c", str(choice.concurrency), "--loglevel", loglevel]
+    argv += ["--connect-wait", repr(connect_wait)]
+    argv += ["-Q", queues] if queues else []
+    for server in mcp_servers:
+        argv += ["--mcp-server", server]
+    if metrics_port is not None:
+        click.echo(f"toolexec worker: process i serves metrics on port {metrics_port} + i - 1")
+    sys.exit(Supervisor(plan.processes, argv, name, metrics_port=metrics_port).run())
 
 
 def _say_once_ready(reason: str) -> None:
@@ -193,6 +221,13 @@ def _tools_served(settings: Settings, mcp_servers: tuple[str, ...]) -> set[str |
     "--pool", "-P", default=None, help="threads (default, says why), prefork, gevent, solo."
 )
 @click.option("--autoscale", default=None, help="MAX,MIN processes (implies the prefork pool).")
+@click.option(
+    "--processes",
+    type=click.IntRange(1, 512),
+    default=None,
+    help="Worker processes, each with its own slots, sharing the queues (default: one per "
+    "core with the default threads pool, else 1).",
+)
 @click.option("--hostname", "-n", default=None, help="Worker name (default: unique per process).")
 @click.option(
     "--loglevel",
@@ -228,13 +263,14 @@ def worker(
     concurrency: int | None,
     pool: str | None,
     autoscale: str | None,
+    processes: int | None,
     hostname: str | None,
     loglevel: str,
     metrics_port: int | None,
     connect_wait: float,
     mcp_servers: tuple[str, ...],
 ) -> None:
-    """Run a worker that executes tool calls."""
+    """Run a worker that executes tool calls: one process per core by default."""
     pool = _autoscale_pool(pool, autoscale)
     _tool_specs(tools)
     from toolexec.app import app, settings_of
@@ -252,6 +288,13 @@ def worker(
         or (settings.worker_concurrency if "worker_concurrency" in explicit else None),
         settings.worker_concurrency,
     )
+    chosen = pool or concurrency or "worker_pool" in explicit or "worker_concurrency" in explicit
+    plan = plan_processes(os.cpu_count() or 1, processes, bool(chosen or autoscale))
+    if plan.processes > 1:
+        _import_tools(settings.tools)  # a bad tools module fails here, once, not per process
+        _supervise(
+            plan, choice, hostname, loglevel, queues, metrics_port, connect_wait, mcp_servers
+        )
     if not autoscale:
         _say_once_ready(choice.reason)
     telemetry.prepare(choice.pool, metrics_port)

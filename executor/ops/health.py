@@ -34,6 +34,7 @@ import redis
 from toolexec.connection import redis_client, redis_url
 from toolexec.consumer import Beat, read_beats
 from toolexec.keys import Keys
+from toolexec.ops.processes import process_label
 from toolexec.settings import Settings
 
 __all__ = ["Evidence", "Limits", "health", "judge", "oldest_age"]
@@ -209,9 +210,12 @@ def health(hostname: str | None, stall: float, queue_age: float, heartbeat: floa
         click.echo(f"unhealthy: no running worker{f' {hostname}' if hostname else ''} on this host")
         sys.exit(1)
     failed = False
+    names = [b.hostname for b in beats]
     for evidence in _Probe(settings).evidence(beats):
         reason = judge(evidence, limits)
         failed = failed or reason is not None
         state = f"stalled: {reason}" if reason else "ok"
-        click.echo(f"{evidence.beat.hostname}: {state}")
+        label = process_label(evidence.beat.hostname, names)
+        process = f" (process {label}, pid {evidence.beat.pid})" if label else ""
+        click.echo(f"{evidence.beat.hostname}{process}: {state}")
     sys.exit(1 if failed else 0)

@@ -7,7 +7,8 @@ slot. What threads cannot spread over cores is Celery's and toolexec's own
 work per call, about 2.8 ms of CPU (docs/performance.md): one process tops out
 at a few hundred calls a second whatever the machine, so on a machine with
 more cores the way to use them is one worker process per core, each with its
-own threads, which is what the message says. An explicit ``--pool`` /
+own threads, which ``toolexec worker`` does by default
+(``toolexec.ops.processes``) and the message says. An explicit ``--pool`` /
 ``--concurrency`` or ``TOOLEXEC_WORKER_POOL`` / ``TOOLEXEC_WORKER_CONCURRENCY``
 is always taken as given.
 """
@@ -43,7 +44,8 @@ def choose_pool(
     slots = concurrency or default_concurrency
     ceiling = int(1 / WORKER_CPU_PER_CALL_S)
     advice = (
-        f"; this machine has {cores} cores: start {cores} workers to use them all"
+        f"; this machine has {cores} cores: `toolexec worker` runs a process per core "
+        "unless a pool or slots are given (--processes N)"
         if cores > 1
         else ""
     )

@@ -25,6 +25,7 @@ from toolexec.connection import redact_url, redis_client, redis_url, unavailable
 from toolexec.keys import Keys
 from toolexec.liveness import scheduled_counts, workers_alive
 from toolexec.ops.cli_support import reported
+from toolexec.ops.processes import process_label
 from toolexec.settings import Settings
 from toolexec.stats import CallStats
 
@@ -100,6 +101,7 @@ def _workers(client: redis.Redis, keys: Keys, now: float, pinged: set[str] | Non
     return [
         {
             "name": name,
+            "process": process_label(name, list(names)),
             "heartbeat_age_s": None if at != at else round(max(0.0, now - at), 1),
             "answered_ping": None if pinged is None else name in pinged,
             "scheduled": scheduled.get(name),
@@ -191,7 +193,7 @@ def _workers_section(view: dict[str, Any]) -> list[Any]:
     ping = {None: "-", True: "pong", False: "no answer"}
     rows = [
         (
-            w["name"],
+            w["name"] if not w.get("process") else f"{w['name']} (process {w['process']})",
             "-" if w["heartbeat_age_s"] is None else f"{w['heartbeat_age_s']} s ago",
             ping[w["answered_ping"]],
             _held(w.get("scheduled")),

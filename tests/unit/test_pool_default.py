@@ -9,7 +9,7 @@ def test_nothing_configured_gives_threads_and_advice_for_the_cores() -> None:
     """Given no pool or slots, when chosen on 4 cores, then threads, and 4 workers advised."""
     choice = choose_pool(4, None, None, 32)
     assert (choice.pool, choice.concurrency) == ("threads", 32)
-    assert "start 4 workers" in choice.reason
+    assert "runs a process per core" in choice.reason
 
 
 def test_one_core_gets_no_advice_to_start_more_workers() -> None:
