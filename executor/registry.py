@@ -276,6 +276,7 @@ def tool(
     fallbacks: Sequence[FallbackStep] | None = ...,
     retry_budget: RetryBudgetPolicy | None = ...,
     rate_limit: RateLimitPolicy | None = ...,
+    priority: int | None = ...,
     registry: Registry | None = ...,
 ) -> Callable[[F], F]: ...
 
@@ -305,6 +306,7 @@ def tool(
     fallbacks: Sequence[FallbackStep] | None = None,
     retry_budget: RetryBudgetPolicy | None = None,
     rate_limit: RateLimitPolicy | None = None,
+    priority: int | None = None,
     registry: Registry | None = None,
 ) -> F | Callable[[F], F]:
     """Register a typed function (sync or ``async def``) as a tool.
@@ -332,6 +334,8 @@ def tool(
     ``retry_budget`` caps the retries of all callers together (a 10% ratio by
     default; ``toolexec.retry_budget``); ``rate_limit`` holds the whole fleet to a
     number of calls per second (``toolexec.ratelimit``; none by default).
+    ``priority`` is the priority of the tool's calls when a caller names none (1 most
+    urgent … 5; 3 by default; ``toolexec.fairness``).
     """
 
     def register(fn: F) -> F:
@@ -362,6 +366,7 @@ def tool(
             fallbacks=_checked_fallbacks(tool_name, fallbacks, side_effects),
             retry_budget=retry_budget or RetryBudgetPolicy(),
             rate_limit=rate_limit,
+            priority=priority,
         )
         spec = ToolSpec(
             name=tool_name,

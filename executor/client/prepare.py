@@ -26,6 +26,7 @@ from toolexec.clock import Clock
 from toolexec.context import CallContext
 from toolexec.errors import CircuitOpenError, ErrorType, UsageError
 from toolexec.execution import error_info, error_result
+from toolexec.fairness import NO_LANE, Lane, checked_priority
 from toolexec.fallback.state import FALLBACK_TASK, ChainState
 from toolexec.liveness import LiveQueues, no_catalog_info, no_worker_info
 from toolexec.policies import BreakerPolicy
@@ -88,14 +89,23 @@ class CallPreparer:
         self.live_queues = live_queues
 
     def prepare_many(
-        self, calls: Iterable[CallSpec], run_id: str | None, timeout: float | None
+        self,
+        calls: Iterable[CallSpec],
+        run_id: str | None,
+        timeout: float | None,
+        lane: Lane = NO_LANE,
     ) -> list[PreparedCall]:
         """Calls that share one reply list, so the caller collects them together."""
-        windows = self.windows(calls, run_id, timeout, self.settings.max_batch_calls)
+        windows = self.windows(calls, run_id, timeout, self.settings.max_batch_calls, lane)
         return [p for window in windows for p in window]
 
     def windows(
-        self, calls: Iterable[CallSpec], run_id: str | None, timeout: float | None, size: int
+        self,
+        calls: Iterable[CallSpec],
+        run_id: str | None,
+        timeout: float | None,
+        size: int,
+        lane: Lane = NO_LANE,
     ) -> Iterator[list[PreparedCall]]:
         """The calls of one batch prepared ``size`` at a time, as the caller asks for more.
 
@@ -110,7 +120,7 @@ class CallPreparer:
         prepared just before it is sent, so each call's deadline counts from
         then, as a call's deadline always counts from when it is prepared.
         """
-        return self._windows(self.checked(calls), run_id, timeout, uuid.uuid4().hex, size)
+        return self._windows(self.checked(calls), run_id, timeout, uuid.uuid4().hex, size, lane)
 
     def checked(self, calls: Iterable[CallSpec]) -> list[CallSpec]:
         """The batch as a list of (tool, arguments) pairs, or a UsageError before anything runs.
@@ -134,6 +144,7 @@ class CallPreparer:
         timeout: float | None,
         reply_to: str,
         size: int,
+        lane: Lane = NO_LANE,
     ) -> Iterator[list[PreparedCall]]:
         end: float | None = None  # the first call's deadline: the batch's own
         unsent: ToolResult | None = None
@@ -149,7 +160,7 @@ class CallPreparer:
                 yield [self._not_sent(tool, run_id, reply_to, end, unsent) for tool, _ in chunk]
                 continue
             window = [
-                self.prepare(tool, arguments, run_id, timeout, None, reply_to)
+                self.prepare(tool, arguments, run_id, timeout, None, reply_to, lane=lane)
                 for tool, arguments in chunk
             ]
             if end is None:
@@ -189,6 +200,7 @@ class CallPreparer:
         call_id: str | None,
         reply_to: str | None,
         idempotency_key: str | None = None,
+        lane: Lane = NO_LANE,
     ) -> PreparedCall:
         if not isinstance(tool, str) or not tool:
             raise UsageError(f"the tool name must be a non-empty string, not {tool!r}")
@@ -203,6 +215,8 @@ class CallPreparer:
             run_id=checked_id(run_id, "run_id"),
             idempotency_key=checked_key(idempotency_key),
             tenant=self.settings.tenant,
+            fairness_key=lane.fairness_key,
+            priority=lane.priority,
         )
         parsed, problem = parse_arguments(arguments, self.settings.payload_max_bytes)
         if problem is not None or parsed is None:
@@ -230,6 +244,8 @@ class CallPreparer:
         self, ctx: CallContext, entry: CatalogEntry, parsed: dict[str, Any]
     ) -> PreparedCall:
         """The checks that need the tool's catalog entry: schema, a live worker, breaker, size."""
+        if ctx.priority is None and entry["policy"].get("priority") is not None:
+            ctx = replace(ctx, priority=checked_priority(entry["policy"]["priority"]))
         problem = validate_against_schema(parsed, entry["parameters"])
         if problem is not None:
             return self._early(

@@ -22,6 +22,7 @@ from opentelemetry.trace import Span
 from toolexec.client.prepare import PreparedCall
 from toolexec.clock import Clock
 from toolexec.errors import BrokerUnavailableError
+from toolexec.fairness import is_amqp, lane_options, with_lane
 from toolexec.redaction import shown_kwargs
 from toolexec.tracing import inject_headers
 
@@ -96,9 +97,11 @@ def publish(
 
 
 def _send(app: Celery, producer: object, window: _Todo) -> None:
+    amqp = is_amqp(str(app.conf.broker_url or ""))
     for p, span in window:
         kwargs = {"arguments": p.arguments, "context": p.ctx.to_json()}
         task = p.task or f"tools.{p.ctx.tool}"
+        headers = None if span is None else inject_headers(span, p.queue, p.ctx.call_id, task)
         app.send_task(
             task,
             kwargs=kwargs,
@@ -107,5 +110,7 @@ def _send(app: Celery, producer: object, window: _Todo) -> None:
             queue=p.queue,
             producer=producer,
             ignore_result=True,
-            headers=None if span is None else inject_headers(span, p.queue, p.ctx.call_id, task),
+            headers=with_lane(headers, p.ctx.fairness_key, p.ctx.priority),
+            **lane_options(amqp, p.ctx.priority),
         )
+
