@@ -1,0 +1,16 @@
+"""A tool only the fairness tests' own worker imports, on a queue no other worker consumes."""
+
+from __future__ import annotations
+
+import time
+
+from toolexec import tool
+
+QUEUE = "fairness"
+
+
+@tool(timeout=30, max_attempts=1, queue=QUEUE)
+def nap(ms: int, tag: str = "") -> str:
+    """Sleeps ``ms`` milliseconds (a call of a given length), then says which it was."""
+    time.sleep(ms / 1000)
+    return tag
