@@ -41,6 +41,8 @@ class CatalogPolicy(TypedDict):
     breaker: NotRequired[dict[str, Any]]
     breaker_key: NotRequired[str | None]
     fallbacks: NotRequired[list[Any]]
+    #: The tool's default priority (``@tool(priority=...)``, toolexec.fairness).
+    priority: NotRequired[int | None]
 
 
 class CatalogEntry(TypedDict):

@@ -24,22 +24,22 @@ from toolexec.errors import UsageError
 
 __all__ = [
     "DEFAULT_PRIORITY",
-    "NO_LANE",
-    "Lane",
     "LANE_HEADER",
     "MAX_KEY_LENGTH",
     "MAX_WEIGHT",
+    "NO_LANE",
+    "Lane",
     "amqp_priority",
     "checked_cap",
     "checked_fairness_key",
     "checked_priority",
     "checked_weight",
-    "lane_headers",
     "is_amqp",
+    "lane_headers",
     "lane_in",
+    "lane_of",
     "lane_options",
     "with_lane",
-    "lane_of",
 ]
 
 #: Most urgent first: 1 … 5, as Temporal's task-queue priority keys.
@@ -95,7 +95,9 @@ def checked_weight(weight: Any) -> float:
     except (TypeError, ValueError):
         value = math.nan
     if isinstance(weight, bool) or not (MIN_WEIGHT <= value <= MAX_WEIGHT):
-        raise UsageError(f"a weight must be a number from {MIN_WEIGHT} to {MAX_WEIGHT:g}, not {weight!r:.40}")
+        raise UsageError(
+            f"a weight must be a number from {MIN_WEIGHT} to {MAX_WEIGHT:g}, not {weight!r:.40}"
+        )
     return value
 
 
@@ -104,7 +106,9 @@ def checked_cap(cap: Any) -> int | None:
     if cap is None:
         return None
     if type(cap) is not int or not 1 <= cap <= MAX_CAP:
-        raise UsageError(f"max_in_flight must be a whole number from 1 to {MAX_CAP}, not {cap!r:.40}")
+        raise UsageError(
+            f"max_in_flight must be a whole number from 1 to {MAX_CAP}, not {cap!r:.40}"
+        )
     return cap
 
 

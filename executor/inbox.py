@@ -43,7 +43,6 @@ from typing import Any
 
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
-
 from redis.exceptions import NoScriptError
 
 from toolexec import lanes, orphans

@@ -147,7 +147,9 @@ def parse_take(channel: Any, reply: Any) -> bytes | None:
     return bytes(item)
 
 
-def swap(channel: Any, keys: BrokerKeys, queue: str, inbox: str, item: bytes, now: float) -> bytes | None:
+def swap(
+    channel: Any, keys: BrokerKeys, queue: str, inbox: str, item: bytes, now: float
+) -> bytes | None:
     """A message with a lane that a ``BLMOVE`` took: sorted with the rest, the next one taken."""
     state_of(channel).probed_at = now
     args = take_args(keys, queue, inbox, item, "", _lease(channel))

@@ -244,8 +244,8 @@ class CallPreparer:
         self, ctx: CallContext, entry: CatalogEntry, parsed: dict[str, Any]
     ) -> PreparedCall:
         """The checks that need the tool's catalog entry: schema, a live worker, breaker, size."""
-        if ctx.priority is None and entry["policy"].get("priority") is not None:
-            ctx = replace(ctx, priority=checked_priority(entry["policy"]["priority"]))
+        if ctx.priority is None:
+            ctx = replace(ctx, priority=_tool_priority(entry))
         problem = validate_against_schema(parsed, entry["parameters"])
         if problem is not None:
             return self._early(
@@ -352,6 +352,14 @@ def batch_too_large(most: int) -> str:
         f"{most:,}, one after another, or raise the limit if the workers can run that many "
         "within the timeout (docs/limits.md)."
     )
+
+
+def _tool_priority(entry: CatalogEntry) -> int | None:
+    """The tool's own priority from its catalog entry; a value no worker could mean is none."""
+    try:
+        return checked_priority(entry["policy"].get("priority"))
+    except UsageError:
+        return None
 
 
 def checked_key(key: str | None) -> str | None:

@@ -113,4 +113,3 @@ def _send(app: Celery, producer: object, window: _Todo) -> None:
             headers=with_lane(headers, p.ctx.fairness_key, p.ctx.priority),
             **lane_options(amqp, p.ctx.priority),
         )
-

@@ -31,12 +31,12 @@ from toolexec.client.catalog_cache import CatalogCache
 from toolexec.client.guarded import begin_round
 from toolexec.client.payloads import ClientPayloads
 from toolexec.client.prepare import CallPreparer, CallSpec, PreparedCall
-from toolexec.fairness import NO_LANE, Lane
 from toolexec.client.publish import WINDOW, publish
 from toolexec.client.waiting import ReplyWaiter
 from toolexec.clock import Clock
 from toolexec.connection import fail_fast_client, fleet_clock, redis_client, redis_url
 from toolexec.errors import InfrastructureError
+from toolexec.fairness import NO_LANE, Lane
 from toolexec.guard import RunGuard
 from toolexec.keys import Keys
 from toolexec.liveness import LiveQueues

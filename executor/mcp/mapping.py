@@ -22,19 +22,19 @@ from toolexec.fairness import Lane
 from toolexec.results import ErrorInfo, ToolResult
 
 __all__ = [
+    "FAIRNESS_KEY_META",
+    "PRIORITY_META",
     "READ_PAYLOAD",
     "RESULT_META",
     "RUN_ID_HEADER",
-    "FAIRNESS_KEY_META",
-    "PRIORITY_META",
     "RUN_ID_META",
     "TIMEOUT_META",
     "annotations_for",
     "call_timeout",
     "cancelled_result",
     "catalog_fingerprint",
-    "lane_for",
     "checked_run_id",
+    "lane_for",
     "model_body",
     "output_schema",
     "read_payload_arguments",

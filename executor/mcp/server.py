@@ -36,6 +36,7 @@ from toolexec.client.prepare import PreparedCall
 from toolexec.client.publish import publish
 from toolexec.connection import async_redis_client, unavailable
 from toolexec.errors import InfrastructureError, PayloadUnavailableError, UsageError
+from toolexec.fairness import NO_LANE
 from toolexec.guard import RoundPlan, RunGuard
 from toolexec.mcp.mapping import (
     READ_PAYLOAD,
@@ -51,7 +52,6 @@ from toolexec.mcp.mapping import (
     to_call_result,
     to_tool,
 )
-from toolexec.fairness import NO_LANE
 from toolexec.replies import ReplyBox
 from toolexec.results import ToolResult
 from toolexec.settings import Settings

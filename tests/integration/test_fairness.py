@@ -37,7 +37,9 @@ BACKLOG = 800
 
 
 @pytest.fixture(scope="module")
-def fair_worker(worker_env: dict[str, str], settings: Settings, tmp_path_factory: Any) -> Iterator[WorkerProcess]:
+def fair_worker(
+    worker_env: dict[str, str], settings: Settings, tmp_path_factory: Any
+) -> Iterator[WorkerProcess]:
     here = str(Path(__file__).parent)
     env = {**worker_env, "PYTHONPATH": os.pathsep.join([here, worker_env["PYTHONPATH"]])}
     log = tmp_path_factory.mktemp("fair") / "worker.log"
@@ -90,7 +92,9 @@ def test_a_quiet_tenant_is_not_starved_by_a_noisy_ones_backlog(
 
     start = time.monotonic()
     quiet = fair_client.call_many(
-        [("nap", {"ms": 50, "tag": f"b{i}"}) for i in range(10)], fairness_key="tenant-b", timeout=30
+        [("nap", {"ms": 50, "tag": f"b{i}"}) for i in range(10)],
+        fairness_key="tenant-b",
+        timeout=30,
     )
     took = time.monotonic() - start
 
