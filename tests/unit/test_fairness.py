@@ -1,0 +1,87 @@
+"""What a call's fairness key and priority may be, and the header that carries them."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolexec.errors import UsageError
+from toolexec.fairness import (
+    LANE_HEADER,
+    NO_LANE,
+    Lane,
+    amqp_priority,
+    checked_cap,
+    checked_fairness_key,
+    checked_priority,
+    checked_weight,
+    lane_headers,
+    lane_in,
+    lane_of,
+    with_lane,
+)
+from toolexec.lanes import PROBE_S, LaneState, use_script, wait_s
+
+
+@pytest.mark.parametrize("key", ["tenant-a", "user:42", "a.b_c@d", "x" * 64])
+def test_a_short_id_is_a_fairness_key(key: str) -> None:
+    assert checked_fairness_key(key) == key
+
+
+@pytest.mark.parametrize("key", ["", "x" * 65, 'a"b', "a|b", "a b", "é", 42, b"k"])
+def test_anything_else_is_refused_with_the_rule(key: object) -> None:
+    with pytest.raises(UsageError, match="1 to 64 characters"):
+        checked_fairness_key(key)
+
+
+@pytest.mark.parametrize("bad", [0, 6, -1, 2.0, True, "1"])
+def test_a_priority_is_a_whole_number_from_1_to_5(bad: object) -> None:
+    assert [checked_priority(p) for p in (1, 3, 5, None)] == [1, 3, 5, None]
+    with pytest.raises(UsageError, match="from 1 \\(most urgent\\) to 5"):
+        checked_priority(bad)
+
+
+def test_weights_and_caps_are_bounded() -> None:
+    assert checked_weight("2") == 2.0
+    assert checked_cap(None) is None and checked_cap(3) == 3
+    for bad in (0, -1, 1001, "nan", float("inf"), True):
+        with pytest.raises(UsageError):
+            checked_weight(bad)
+    for bad in (0, 100_001, 1.5, True):
+        with pytest.raises(UsageError):
+            checked_cap(bad)
+
+
+def test_the_default_lane_sends_no_header() -> None:
+    assert lane_headers(None, None) is None
+    assert lane_headers(None, 3) is None
+    assert with_lane({"traceparent": "t"}, None, None) == {"traceparent": "t"}
+    assert lane_headers("t1", None) == {LANE_HEADER: "3|t1"}
+    assert with_lane({"traceparent": "t"}, None, 1) == {"traceparent": "t", LANE_HEADER: "1|"}
+
+
+def test_a_header_reads_back_as_its_lane_and_garbage_as_the_default() -> None:
+    assert lane_of({LANE_HEADER: "1|tenant-a"}) == (1, "tenant-a")
+    assert lane_of({LANE_HEADER: "5|"}) == (5, "")
+    for bad in ({LANE_HEADER: "9|a"}, {LANE_HEADER: '3|a"b'}, {LANE_HEADER: 3}, None, {}):
+        assert lane_of(bad) == (3, "")
+
+
+def test_a_sent_on_message_keeps_its_lane_only_when_valid() -> None:
+    good = {"context": {"fairness_key": "t", "priority": 2}}
+    assert lane_in(good) == Lane("t", 2)
+    assert lane_in({"context": {"fairness_key": "a b"}}) == NO_LANE
+    assert lane_in({"context": "x"}) == NO_LANE
+    assert lane_in(None) == NO_LANE
+
+
+def test_rabbitmq_priorities_put_urgent_highest() -> None:
+    assert [amqp_priority(p) for p in (1, 2, None, 4, 5)] == [5, 4, 3, 2, 1]
+
+
+def test_a_consumer_takes_through_the_script_while_lanes_hold_calls_or_a_probe_is_due() -> None:
+    plain = LaneState(probed_at=100.0)
+    assert not use_script(plain, 100.0 + PROBE_S / 2)
+    assert use_script(plain, 100.0 + PROBE_S)
+    assert use_script(LaneState(fair=True, probed_at=100.0), 100.0)
+    assert wait_s(LaneState(fair=True, parked=True), 1.0) < 1.0
+    assert wait_s(plain, 1.0) == 1.0
