@@ -9,6 +9,7 @@ a real worker and real calls.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +19,9 @@ from cluster_support import cluster_run
 from kombu import Connection
 
 from toolexec import orphans
+from toolexec.errors import UsageError
 from toolexec.fairness import LANE_HEADER
+from toolexec.fairness_store import FairnessStore
 from toolexec.keys import BrokerKeys
 
 WORKER_TRANSPORT = "toolexec.transport:Transport"
@@ -149,3 +152,39 @@ def test_a_message_is_never_outside_queue_lanes_inbox_and_unacked_record(
     assert sum(client.llen(k) for k in inboxes) == 0
     assert client.hlen(channel.unacked_key) >= len(got)
     assert waiting == 40 - len(got)
+
+
+def test_the_lanes_view_counts_by_priority_and_ranks_keys(
+    broker: Connection, keys: BrokerKeys, queue: str
+) -> None:
+    for i in range(6):
+        _put(broker, queue, f"a{i}", "3|tenant-a")
+    for i in range(2):
+        _put(broker, queue, f"u{i}", "1|tenant-b")
+    _put(broker, queue, "plain")
+    _taken(broker, queue, 1)  # the first take sorts the queue into lanes
+
+    client = broker.default_channel.client
+    view = FairnessStore(client, keys).lanes(queue, now=time.time(), top=2)
+
+    assert view.in_lanes == 8  # 9 sent, 1 taken (u0), none left unsorted in the queue
+    assert {p: n for p, (n, _) in view.priorities.items()} == {1: 1, 3: 7}
+    assert [(b.key, b.waiting) for b, _ in view.top] == [("tenant-a", 6), ("tenant-b", 1)]
+    assert view.to_json()["priorities"]["3"]["waiting"] == 7
+
+
+def test_weights_and_caps_are_set_checked_and_cleared(broker: Connection, keys: BrokerKeys) -> None:
+    store = FairnessStore(broker.default_channel.client, keys)
+    store.set("tenant-a", weight=2, max_in_flight=4)
+    store.set("tenant-b", weight=0.5)
+
+    assert store.config() == {
+        "tenant-a": {"weight": 2.0, "max_in_flight": 4},
+        "tenant-b": {"weight": 0.5},
+    }
+    with pytest.raises(UsageError):
+        store.set("tenant a", weight=1)
+    with pytest.raises(UsageError):
+        store.set("tenant-a", weight=0)
+    store.clear("tenant-a")
+    assert list(store.config()) == ["tenant-b"]
