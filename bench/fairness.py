@@ -55,7 +55,9 @@ def _started(client: redis.Redis, settings: Settings) -> dict[str, int]:
     return {k: int(v or 0) for k, v in zip(WEIGHTS, client.mget(keys), strict=True)}
 
 
-def _shares(settings: Settings, tmp: Path, seconds: float, nap_ms: int) -> list[list[str]]:
+def _shares(
+    settings: Settings, tmp: Path, seconds: float, nap_ms: int, backlog: int
+) -> list[list[str]]:
     broker = redis.Redis.from_url(settings.redis_url or "")
     store = FairnessStore(broker, BrokerKeys(settings.key_prefix))
     for key, weight in WEIGHTS.items():
@@ -71,10 +73,10 @@ def _shares(settings: Settings, tmp: Path, seconds: float, nap_ms: int) -> list[
         ),
         ToolClient(settings) as client,
     ):
-        total = sum(int(w * BACKLOG_PER_WEIGHT) for w in WEIGHTS.values())
+        total = sum(int(w * backlog) for w in WEIGHTS.values())
         progress(f"shares: queueing {total} calls of {nap_ms} ms over keys {list(WEIGHTS)}")
         for key, weight in WEIGHTS.items():
-            calls = [("fair_count", {"key": key, "ms": nap_ms})] * int(weight * BACKLOG_PER_WEIGHT)
+            calls = [("fair_count", {"key": key, "ms": nap_ms})] * int(weight * backlog)
             threading.Thread(
                 target=client.call_many,
                 args=(calls,),
@@ -147,7 +149,9 @@ def _server_usec(client: redis.Redis, command: str) -> float:
     return float(entry.get("usec", 0))
 
 
-def _takes(client: redis.Redis, queue: str, inbox: str, messages: int, keys: int | None) -> list[str]:
+def _takes(
+    client: redis.Redis, queue: str, inbox: str, messages: int, keys: int | None
+) -> list[str]:
     """Take every message of ``queue``; the client's and the server's time per take."""
     bkeys = BrokerKeys(f"bench-{uuid.uuid4().hex[:6]}")
     _fill(client, queue, messages, keys)
@@ -208,12 +212,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="the shares' window (30)")
     parser.add_argument("--nap-ms", type=int, default=10, help="each call's length (10 ms)")
     parser.add_argument("--messages", type=int, default=20_000, help="messages per take run")
+    parser.add_argument(
+        "--backlog", type=int, default=BACKLOG_PER_WEIGHT, help="calls queued per unit of weight"
+    )
     args = parser.parse_args(argv)
     loads = [load_average()]
     with own_server() as server, tempfile.TemporaryDirectory() as tmp_name:
         if args.part == "shares":
             settings = run_settings(server.url, Path(tmp_name), reply_grace=2.0)
-            rows = _shares(settings, Path(tmp_name), args.seconds, args.nap_ms)
+            rows = _shares(settings, Path(tmp_name), args.seconds, args.nap_ms, args.backlog)
             headers = ["key", "weight", "started", "share", "weight's share", "off by", "left"]
         else:
             rows = _dispatch(server.url, args.messages)

@@ -85,3 +85,13 @@ def test_a_consumer_takes_through_the_script_while_lanes_hold_calls_or_a_probe_i
     assert use_script(LaneState(fair=True, probed_at=100.0), 100.0)
     assert wait_s(LaneState(fair=True, parked=True), 1.0) < 1.0
     assert wait_s(plain, 1.0) == 1.0
+
+
+def test_an_mcp_call_names_its_lane_in_meta_and_a_bad_one_is_refused() -> None:
+    from toolexec.mcp.mapping import FAIRNESS_KEY_META, PRIORITY_META, lane_for
+
+    assert lane_for(None) == NO_LANE
+    assert lane_for({FAIRNESS_KEY_META: "tenant-a", PRIORITY_META: 1}) == Lane("tenant-a", 1)
+    refused = lane_for({PRIORITY_META: 9})
+    assert isinstance(refused, str) and PRIORITY_META in refused
+    assert isinstance(lane_for({FAIRNESS_KEY_META: "x" * 65}), str)
