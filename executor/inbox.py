@@ -156,7 +156,7 @@ def _take(channel: Any, queue: str, inbox: str, scripted: bool, options: dict[st
     keys = orphans.broker_keys()
     if scripted:
         try:
-            item = lanes.parse_take(channel, _parse(channel, "EVALSHA", options))
+            item = lanes.parse_take(channel, _parse(channel, "EVALSHA", options), monotonic())
         except NoScriptError:  # a restarted Redis forgot it: load it, take next round
             lanes.load(channel)
             raise Empty() from None

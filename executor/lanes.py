@@ -83,8 +83,8 @@ class LaneState:
     """How one channel takes: through the script while lanes hold calls."""
 
     fair: bool = False
-    #: Only parked lanes hold calls: wait briefly, then look again.
-    parked: bool = False
+    #: Only parked lanes hold calls: wait on the queue until then, then look again.
+    parked_until: float = 0.0
     probed_at: float = 0.0
 
 
@@ -96,13 +96,17 @@ def state_of(channel: Any) -> LaneState:
 
 
 def use_script(state: LaneState, now: float) -> bool:
-    """Whether this take goes through the script: lanes hold calls, or a probe is due."""
-    return state.fair or now - state.probed_at >= PROBE_S
+    """Whether this take goes through the script: lanes hold calls, or a probe is due.
+
+    Not while every waiting lane is parked: the script would find nothing again at
+    once, so the consumer waits on the queue for :data:`PARKED_WAIT_S` first.
+    """
+    return (state.fair and now >= state.parked_until) or now - state.probed_at >= PROBE_S
 
 
 def wait_s(state: LaneState, default: float) -> float:
     """How long a plain ``BLMOVE`` may block: briefly while parked lanes wait for a slot."""
-    return PARKED_WAIT_S if state.parked else default
+    return PARKED_WAIT_S if state.fair else default
 
 
 def has_lane(item: bytes) -> bool:
@@ -134,12 +138,12 @@ def send_take(channel: Any, keys: BrokerKeys, queue: str, inbox: str, now: float
     channel.client.connection.send_command("EVALSHA", _SHA, *args)
 
 
-def parse_take(channel: Any, reply: Any) -> bytes | None:
+def parse_take(channel: Any, reply: Any, now: float) -> bytes | None:
     """The message a take moved into the inbox (None: nothing to take); notes the lanes' state."""
     item, _priority, key, tag, more = reply
     state = state_of(channel)
     state.fair = more == b"1"
-    state.parked = state.fair and item is None
+    state.parked_until = now + PARKED_WAIT_S if state.fair and item is None else 0.0
     if item is None:
         return None
     if tag:
@@ -157,7 +161,7 @@ def swap(
         reply = channel.client.execute_command("EVALSHA", _SHA, *args)
     except NoScriptError:
         reply = channel.client.execute_command("EVAL", _SOURCE, *args)
-    return parse_take(channel, reply)
+    return parse_take(channel, reply, now)
 
 
 def load(channel: Any) -> None:

@@ -9,6 +9,7 @@ a real worker and real calls.
 
 from __future__ import annotations
 
+import queue as queue_module
 import time
 import uuid
 from collections.abc import Iterator
@@ -73,6 +74,10 @@ def _taken(broker: Connection, queue: str, n: int) -> list[Any]:
     return [simple.get(timeout=5) for _ in range(n)]
 
 
+def _scripts_run(client: Any) -> int:
+    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
 def _labels(messages: list[Any]) -> list[str]:
     return [m.payload["label"] for m in messages]
 
@@ -130,6 +135,12 @@ def test_a_key_at_its_cap_waits_in_its_own_lane(
     first = _taken(broker, queue, 4)
     assert _labels(first) == ["c0", "o0", "o1", "o2"]  # c1 waits: c0 is still in flight
     assert client.zcard(keys.fair_inflight_prefix() + "capped") == 1
+
+    # only parked calls wait: the consumer waits on its queue, it does not spin on the script
+    before = _scripts_run(client)
+    with pytest.raises(queue_module.Empty):
+        broker.SimpleQueue(queue, no_ack=False).get(timeout=0.5)
+    assert _scripts_run(client) - before <= 20
 
     first[0].ack()  # c0 ends: its key has a slot again
     assert client.zcard(keys.fair_inflight_prefix() + "capped") == 0

@@ -83,7 +83,10 @@ def test_a_consumer_takes_through_the_script_while_lanes_hold_calls_or_a_probe_i
     assert not use_script(plain, 100.0 + PROBE_S / 2)
     assert use_script(plain, 100.0 + PROBE_S)
     assert use_script(LaneState(fair=True, probed_at=100.0), 100.0)
-    assert wait_s(LaneState(fair=True, parked=True), 1.0) < 1.0
+    parked = LaneState(fair=True, parked_until=100.1, probed_at=100.0)
+    assert not use_script(parked, 100.05)  # nothing to take yet: wait on the queue
+    assert use_script(parked, 100.1)
+    assert wait_s(parked, 1.0) < 1.0
     assert wait_s(plain, 1.0) == 1.0
 
 
