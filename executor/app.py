@@ -23,8 +23,9 @@ __all__ = ["app", "celery_config", "create_app", "settings_of"]
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Celery settings for toolexec; see docs/background.md, Celery for why each matters."""
     state_url = redis_url(settings)
-    # One list per queue (no priority sub-lists; toolexec sends no priorities), so that a
-    # worker takes a message by moving it, never holding it only in memory (toolexec.inbox).
+    # One list per queue (no kombu priority sub-lists: toolexec's priorities and fairness
+    # keys are lanes a worker sorts the queue into, toolexec.lanes), so that a worker takes
+    # a message by moving it, never holding it only in memory (toolexec.inbox).
     transport = {"visibility_timeout": settings.visibility_timeout, "priority_steps": [0]}
     # sentinel:// needs master_name in the transport options; rediss:// an ssl_cert_reqs.
     broker, broker_options = celery_url(settings.broker_url or state_url)
