@@ -43,6 +43,8 @@ class CatalogPolicy(TypedDict):
     fallbacks: NotRequired[list[Any]]
     #: The tool's default priority (``@tool(priority=...)``, toolexec.fairness).
     priority: NotRequired[int | None]
+    #: The tool's cap on calls in flight (``@tool(max_in_flight=...)``, toolexec.lanes).
+    max_in_flight: NotRequired[int | None]
 
 
 class CatalogEntry(TypedDict):

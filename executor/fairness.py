@@ -112,12 +112,22 @@ def checked_cap(cap: Any) -> int | None:
     return cap
 
 
-def lane_headers(fairness_key: str | None, priority: int | None) -> dict[str, str] | None:
-    """The header that puts a call in its lane; None for the default lane (no key, priority 3)."""
+def lane_headers(
+    fairness_key: str | None, priority: int | None, tool_cap: tuple[str, int] | None = None
+) -> dict[str, str] | None:
+    """The header that puts a call in its lane; None for the default lane (no key, priority 3).
+
+    ``tool_cap`` is (tool, max_in_flight) for a tool that caps its calls in flight:
+    its calls get a lane of their own (``"<p>|<key>|<tool>#<cap>"``), so that the
+    excess waits there and not in front of other tools' calls.
+    """
     level = DEFAULT_PRIORITY if priority is None else priority
-    if fairness_key is None and level == DEFAULT_PRIORITY:
+    if fairness_key is None and level == DEFAULT_PRIORITY and tool_cap is None:
         return None
-    return {LANE_HEADER: f"{level}|{fairness_key or ''}"}
+    lane = f"{level}|{fairness_key or ''}"
+    if tool_cap is not None:
+        lane += f"|{tool_cap[0]}#{tool_cap[1]}"
+    return {LANE_HEADER: lane}
 
 
 def lane_of(headers: Any) -> tuple[int, str]:
@@ -183,10 +193,13 @@ def is_amqp(broker_url: str) -> bool:
 
 
 def with_lane(
-    headers: dict[str, Any] | None, fairness_key: str | None, priority: int | None
+    headers: dict[str, Any] | None,
+    fairness_key: str | None,
+    priority: int | None,
+    tool_cap: tuple[str, int] | None = None,
 ) -> dict[str, Any] | None:
     """``headers`` plus the lane header of a call with a fairness key or priority (else as is)."""
-    lane = lane_headers(fairness_key, priority)
+    lane = lane_headers(fairness_key, priority, tool_cap)
     if lane is None:
         return headers
     return {**(headers or {}), **lane}

@@ -467,7 +467,8 @@ class BrokerKeys:
         return f"{self.prefix}:fair:caps"
 
     def fair_inflight_prefix(self) -> str:
-        """Prefix of the sorted sets ``<prefix><key>``: delivery tags of a capped key in flight.
+        """Prefix of the sorted sets ``<prefix><key>`` (``<prefix>tool:<name>`` for a tool):
+        delivery tags of a capped key's (or tool's) calls in flight.
 
         Scored by when the entry lapses (taken + the visibility timeout): the
         acknowledgement removes a tag at once; a tag whose worker died comes back

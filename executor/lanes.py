@@ -74,8 +74,8 @@ _SOURCE = script_source("fair_take")
 _SHA = hashlib.sha1(_SOURCE.encode()).hexdigest()
 _MARK = b'"toolexec_lane"'
 
-#: Delivery tags of capped keys' calls this process took -> the key (for the ack).
-_capped: dict[str, str] = {}
+#: Delivery tags of capped calls this process took -> their in-flight sets (for the ack).
+_capped: dict[str, list[str]] = {}
 
 
 @dataclass
@@ -140,14 +140,14 @@ def send_take(channel: Any, keys: BrokerKeys, queue: str, inbox: str, now: float
 
 def parse_take(channel: Any, reply: Any, now: float) -> bytes | None:
     """The message a take moved into the inbox (None: nothing to take); notes the lanes' state."""
-    item, _priority, key, tag, more = reply
+    item, _priority, sets, tag, more = reply
     state = state_of(channel)
     state.fair = more == b"1"
     state.parked_until = now + PARKED_WAIT_S if state.fair and item is None else 0.0
     if item is None:
         return None
-    if tag:
-        _capped[tag.decode()] = key.decode()
+    if tag and sets:
+        _capped[tag.decode()] = sets.decode().split()
     return bytes(item)
 
 
@@ -169,9 +169,9 @@ def load(channel: Any) -> None:
     channel.client.execute_command("SCRIPT", "LOAD", _SOURCE)
 
 
-def release(tag: str) -> str | None:
-    """The capped key whose call ``tag`` was, once, when it is acknowledged (None: uncapped)."""
-    return _capped.pop(tag, None)
+def release(tag: str) -> list[str]:
+    """The in-flight sets call ``tag`` counts in, once, when it is acknowledged ([]: none)."""
+    return _capped.pop(tag, [])
 
 
 def _lease(channel: Any) -> float:

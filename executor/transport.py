@@ -175,8 +175,9 @@ class QoS(kombu_redis.QoS):
         """
         queued = super()._remove_from_indices(delivery_tag, pipe)  # type: ignore[no-untyped-call]
         capped, keys = lanes.release(str(delivery_tag)), orphans.broker_keys()
-        if capped is not None and keys is not None:  # a call of a key with max_in_flight ended
-            queued = queued.zrem(keys.fair_inflight_prefix() + capped, delivery_tag)
+        if capped and keys is not None:  # a call of a capped key or tool ended
+            for counted in capped:
+                queued = queued.zrem(keys.fair_inflight_prefix() + counted, delivery_tag)
         held = orphans.held_key()
         return queued if held is None else queued.srem(held, delivery_tag)
 

@@ -26,7 +26,7 @@ from toolexec.clock import Clock
 from toolexec.context import CallContext
 from toolexec.errors import CircuitOpenError, ErrorType, UsageError
 from toolexec.execution import error_info, error_result
-from toolexec.fairness import NO_LANE, Lane, checked_priority
+from toolexec.fairness import NO_LANE, Lane, checked_cap, checked_priority
 from toolexec.fallback.state import FALLBACK_TASK, ChainState
 from toolexec.liveness import LiveQueues, no_catalog_info, no_worker_info
 from toolexec.policies import BreakerPolicy
@@ -67,6 +67,8 @@ class PreparedCall:
     task: str | None = None
     #: Whether the tool writes: a call of it left without an answer ends ``unknown``.
     side_effects: bool = False
+    #: (tool, max_in_flight) when the tool caps its calls in flight (toolexec.lanes).
+    tool_cap: tuple[str, int] | None = None
 
 
 class CallPreparer:
@@ -269,8 +271,15 @@ class CallPreparer:
             return self._early(ctx, ErrorType.INVALID_ARGUMENTS, problem, _SEND_A_REFERENCE)
         secrets = secret_names(entry["parameters"])
         side_effects = bool(entry["policy"].get("side_effects"))
+        cap = _tool_cap(entry)
         return PreparedCall(
-            ctx, inline, entry["policy"]["queue"], None, secrets, side_effects=side_effects
+            ctx,
+            inline,
+            entry["policy"]["queue"],
+            None,
+            secrets,
+            side_effects=side_effects,
+            tool_cap=None if cap is None else (ctx.tool, cap),
         )
 
     def _unserved(self, ctx: CallContext, queue: str) -> PreparedCall | None:
@@ -358,6 +367,14 @@ def _tool_priority(entry: CatalogEntry) -> int | None:
     """The tool's own priority from its catalog entry; a value no worker could mean is none."""
     try:
         return checked_priority(entry["policy"].get("priority"))
+    except UsageError:
+        return None
+
+
+def _tool_cap(entry: CatalogEntry) -> int | None:
+    """The tool's cap on calls in flight from its catalog entry; a malformed one is none."""
+    try:
+        return checked_cap(entry["policy"].get("max_in_flight"))
     except UsageError:
         return None
 

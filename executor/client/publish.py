@@ -110,6 +110,6 @@ def _send(app: Celery, producer: object, window: _Todo) -> None:
             queue=p.queue,
             producer=producer,
             ignore_result=True,
-            headers=with_lane(headers, p.ctx.fairness_key, p.ctx.priority),
+            headers=with_lane(headers, p.ctx.fairness_key, p.ctx.priority, p.tool_cap),
             **lane_options(amqp, p.ctx.priority),
         )

@@ -6,7 +6,8 @@
 -- ARGV: 1 now ('' = Redis TIME), 2 how many queued messages to sort into lanes at most,
 --       3 a message to put back at the queue's head first ('' none: the one a BLMOVE
 --       took that carries a lane), 4 lane prefix, 5 in-flight prefix, 6 lease (s)
--- Returns {message or false, priority, key, delivery tag counted in flight ('' none),
+-- Returns {message or false, priority, the in-flight sets the message was counted in
+--          (space-separated suffixes; '' none), its delivery tag ('' none),
 --          '1' when lanes still hold calls (the consumer keeps taking through here)}.
 local Q, INBOX, WEIGHTS, CAPS, VCLOCK, PARKED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now = clock(ARGV[1])
@@ -22,22 +23,42 @@ local function vclock(p) return tonumber(redis.call('HGET', VCLOCK, p) or '0') o
 
 -- The lane a message's header names; the default lane (3, '') for anything else.
 -- A header can only match where it is a real key: inside a JSON string a quote is \".
+-- A lane is a fairness key, or 'key|tool#cap' for a tool with max_in_flight.
 local function lane_of(item)
-  local p, k = string.match(item, '"toolexec_lane":%s*"([1-5])|([%w%._:@%-]*)"')
+  local p, k, t, c = string.match(item,
+    '"toolexec_lane":%s*"([1-5])|([%w%._:@%-]*)|([%w_%-]+)#(%d+)"')
+  if p ~= nil and #k <= 64 and #t <= 64 and #c <= 6 then
+    return tonumber(p), k .. '|' .. t .. '#' .. c
+  end
+  p, k = string.match(item, '"toolexec_lane":%s*"([1-5])|([%w%._:@%-]*)"')
   if p == nil or #k > 64 then return 3, '' end
   return tonumber(p), k
 end
 
-local function cap_of(k)
-  if k == '' then return 0 end
-  return tonumber(redis.call('HGET', CAPS, k) or '0') or 0
+-- A lane's fairness key, and its in-flight sets with their caps: {suffix, cap}, ...
+local function key_of(lane_id)
+  return (string.match(lane_id, '^([^|]*)')) or lane_id
 end
 
-local function full(k, cap)
-  if cap <= 0 then return false end
-  local f = inflight_prefix .. k
-  redis.call('ZREMRANGEBYSCORE', f, '-inf', fmt(now))
-  return redis.call('ZCARD', f) >= cap
+local function caps_of(lane_id)
+  local k = key_of(lane_id)
+  local out = {}
+  if k ~= '' then
+    local cap = tonumber(redis.call('HGET', CAPS, k) or '0') or 0
+    if cap > 0 then out[#out + 1] = {k, cap} end
+  end
+  local t, c = string.match(lane_id, '|([^#]*)#(%d+)$')
+  if t ~= nil and tonumber(c) > 0 then out[#out + 1] = {'tool:' .. t, tonumber(c)} end
+  return out
+end
+
+local function full(caps)
+  for _, pair in ipairs(caps) do
+    local f = inflight_prefix .. pair[1]
+    redis.call('ZREMRANGEBYSCORE', f, '-inf', fmt(now))
+    if redis.call('ZCARD', f) >= pair[2] then return true end
+  end
+  return false
 end
 
 local function active()
@@ -65,7 +86,7 @@ local function unpark()
   local members = redis.call('ZRANGE', PARKED, 0, 31, 'WITHSCORES')
   for i = 1, #members, 2 do
     local p, k = string.match(members[i], '^(%d)|(.*)$')
-    if p ~= nil and not full(k, cap_of(k)) then
+    if p ~= nil and not full(caps_of(k)) then
       redis.call('ZREM', PARKED, members[i])
       if redis.call('LLEN', lane(p, k)) > 0 then
         local at = math.max(tonumber(members[i + 1]), vclock(p))
@@ -75,27 +96,30 @@ local function unpark()
   end
 end
 
-local function take(p, k, vt, cap)
+local function take(p, k, vt, caps)
   local l = lane(p, k)
   local item = redis.call('RPOP', l)
   redis.call('LPUSH', INBOX, item)
   redis.call('HSET', VCLOCK, p, fmt(vt))
-  local w = tonumber(redis.call('HGET', WEIGHTS, k) or '1') or 1
+  local w = tonumber(redis.call('HGET', WEIGHTS, key_of(k)) or '1') or 1
   if w <= 0 then w = 1 end
   if redis.call('LLEN', l) > 0 then
     redis.call('ZADD', ready(p), fmt(vt + 1 / w), k)
   else
     redis.call('ZREM', ready(p), k)
   end
-  local tag = ''
-  if cap > 0 then
+  local tag, sets = '', {}
+  if #caps > 0 then
     tag = string.match(item, '"delivery_tag":%s*"([^"]+)"') or ''
-    if tag ~= '' then
-      redis.call('ZADD', inflight_prefix .. k, fmt(now + lease), tag)
-      redis.call('PEXPIRE', inflight_prefix .. k, math.ceil(lease * 1000))
+    for _, pair in ipairs(caps) do
+      if tag ~= '' then
+        redis.call('ZADD', inflight_prefix .. pair[1], fmt(now + lease), tag)
+        redis.call('PEXPIRE', inflight_prefix .. pair[1], math.ceil(lease * 1000))
+        sets[#sets + 1] = pair[1]
+      end
     end
   end
-  return {item, tostring(p), k, tag}
+  return {item, tostring(p), table.concat(sets, ' '), tag}
 end
 
 -- Highest priority first; within it, the key with the lowest virtual time.
@@ -105,14 +129,14 @@ local function pick()
       local head = redis.call('ZRANGE', ready(p), 0, 0, 'WITHSCORES')
       if #head == 0 then break end
       local k, vt = head[1], tonumber(head[2])
-      local cap = cap_of(k)
+      local caps = caps_of(k)
       if redis.call('LLEN', lane(p, k)) == 0 then
         redis.call('ZREM', ready(p), k)
-      elseif full(k, cap) then
+      elseif full(caps) then
         redis.call('ZREM', ready(p), k)
         redis.call('ZADD', PARKED, fmt(vt), p .. '|' .. k)
       else
-        return take(p, k, vt, cap)
+        return take(p, k, vt, caps)
       end
     end
   end

@@ -14,3 +14,9 @@ def nap(ms: int, tag: str = "") -> str:
     """Sleeps ``ms`` milliseconds (a call of a given length), then says which it was."""
     time.sleep(ms / 1000)
     return tag
+
+
+@tool(timeout=30, max_attempts=1, queue=QUEUE, max_in_flight=2)
+def capped_nap(ms: int) -> None:
+    """Sleeps ``ms`` milliseconds; at most two run at once across the fleet."""
+    time.sleep(ms / 1000)

@@ -116,3 +116,28 @@ def test_an_urgent_call_jumps_a_batch_backlog(fair_client: ToolClient, settings:
     assert took < 1.0, f"the priority-1 call took {took:.2f} s behind the backlog"
     assert _waiting(settings) > 100, "the backlog had drained: the test proved nothing"
     _finished(thread, bulk)
+
+
+def test_a_tools_max_in_flight_holds_fleet_wide_and_blocks_no_other_tool(
+    fair_client: ToolClient,
+) -> None:
+    """``@tool(max_in_flight=2)``: 8 calls of 0.3 s on 8 free slots take 4 rounds, not 1."""
+    results: list[ToolResult] = []
+    start = time.monotonic()
+    sender = threading.Thread(
+        target=lambda: results.extend(
+            fair_client.call_many([("capped_nap", {"ms": 300})] * 8, timeout=30)
+        )
+    )
+    sender.start()
+    assert wait_until(lambda: time.monotonic() - start > 0.2, 2)
+    other_start = time.monotonic()
+    other = fair_client.call("nap", {"ms": 50, "tag": "other"}, timeout=30)
+    other_took = time.monotonic() - other_start
+    sender.join(timeout=30)
+    took = time.monotonic() - start
+
+    assert [r.status for r in results] == ["ok"] * 8
+    assert took >= 4 * 0.3 - 0.05, f"8 capped calls took {took:.2f} s: more than 2 ran at once"
+    assert other.status == "ok"
+    assert other_took < 0.6, f"another tool's call waited {other_took:.2f} s behind the cap"

@@ -199,3 +199,22 @@ def test_weights_and_caps_are_set_checked_and_cleared(broker: Connection, keys: 
         store.set("tenant-a", weight=0)
     store.clear("tenant-a")
     assert list(store.config()) == ["tenant-b"]
+
+
+def test_a_tool_at_its_cap_waits_in_its_own_lane_while_other_calls_go_by(
+    broker: Connection, keys: BrokerKeys, queue: str
+) -> None:
+    """``@tool(max_in_flight=1)``: the client names the tool and its cap in the header."""
+    client = broker.default_channel.client
+    for i in range(3):
+        _put(broker, queue, f"t{i}", "3||slow_api#1")
+    for i in range(2):
+        _put(broker, queue, f"p{i}")
+
+    first = _taken(broker, queue, 3)
+    assert sorted(_labels(first)) == ["p0", "p1", "t0"]  # t1 waits for t0; the plain go by
+    assert client.zcard(keys.fair_inflight_prefix() + "tool:slow_api") == 1
+
+    next(m for m in first if m.payload["label"] == "t0").ack()
+    assert client.zcard(keys.fair_inflight_prefix() + "tool:slow_api") == 0
+    assert _labels(_taken(broker, queue, 1)) == ["t1"]

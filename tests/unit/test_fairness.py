@@ -98,3 +98,8 @@ def test_an_mcp_call_names_its_lane_in_meta_and_a_bad_one_is_refused() -> None:
     refused = lane_for({PRIORITY_META: 9})
     assert isinstance(refused, str) and PRIORITY_META in refused
     assert isinstance(lane_for({FAIRNESS_KEY_META: "x" * 65}), str)
+
+
+def test_a_capped_tools_calls_name_the_tool_and_its_cap() -> None:
+    assert lane_headers(None, None, ("slow_api", 4)) == {LANE_HEADER: "3||slow_api#4"}
+    assert lane_headers("t", 1, ("slow_api", 4)) == {LANE_HEADER: "1|t|slow_api#4"}
