@@ -103,3 +103,15 @@ def test_an_mcp_call_names_its_lane_in_meta_and_a_bad_one_is_refused() -> None:
 def test_a_capped_tools_calls_name_the_tool_and_its_cap() -> None:
     assert lane_headers(None, None, ("slow_api", 4)) == {LANE_HEADER: "3||slow_api#4"}
     assert lane_headers("t", 1, ("slow_api", 4)) == {LANE_HEADER: "1|t|slow_api#4"}
+
+
+def test_a_tool_declares_a_priority_and_a_cap_that_are_checked() -> None:
+    from toolexec.errors import ConfigurationError
+    from toolexec.policies import ToolPolicy
+
+    policy = ToolPolicy(priority=2, max_in_flight=4).to_json()
+    assert (policy["priority"], policy["max_in_flight"]) == (2, 4)
+    assert "priority" not in ToolPolicy().to_json()  # unchanged catalog for the rest
+    for bad in ({"priority": 0}, {"priority": True}, {"max_in_flight": 0}):
+        with pytest.raises(ConfigurationError):
+            ToolPolicy(**bad)  # type: ignore[arg-type]
