@@ -115,3 +115,27 @@ def test_a_tool_declares_a_priority_and_a_cap_that_are_checked() -> None:
     for bad in ({"priority": 0}, {"priority": True}, {"max_in_flight": 0}):
         with pytest.raises(ConfigurationError):
             ToolPolicy(**bad)  # type: ignore[arg-type]
+
+
+def test_a_lanes_view_sums_priorities_and_keeps_the_top_keys_only() -> None:
+    import base64
+    import json
+
+    from toolexec.fairness_store import KeyBacklog, submitted_at, summarise
+
+    rows = [
+        KeyBacklog(3, "a", 5, 90.0),
+        KeyBacklog(3, "b", 2, 95.0),
+        KeyBacklog(1, "c", 1, None),
+        KeyBacklog(5, "d", 0, 10.0),  # an empty lane shows nowhere
+    ]
+    view = summarise(rows, now=100.0, top=2)
+
+    assert view.priorities == {1: (1, None), 3: (7, 10.0)}
+    assert [(b.key, age) for b, age in view.top] == [("a", 10.0), ("b", 5.0)]
+    assert view.waiting == 8
+
+    body = base64.b64encode(json.dumps([[], {"context": {"submitted_at": 42.5}}, {}]).encode())
+    raw = json.dumps({"body": body.decode(), "properties": {"body_encoding": "base64"}})
+    assert submitted_at(raw.encode()) == 42.5
+    assert submitted_at(b"not json") is None and submitted_at(None) is None
