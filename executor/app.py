@@ -35,10 +35,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     backend_options: dict[str, Any] = {}
     if not is_cluster(state_url):
         backend, backend_options = celery_url(state_url)
+    priorities: dict[str, Any] = {}
     if broker.startswith(("amqp", "pyamqp")):
         # Without publisher confirms, a call RabbitMQ accepted but had not stored when it
         # crashed would be lost while the client waits for it until its deadline.
         broker_options = {**broker_options, "confirm_publish": True}
+        if settings.rabbitmq_priorities:  # the broker orders by priority (toolexec.fairness)
+            priorities = {"task_queue_max_priority": 5, "task_default_priority": 3}
     return {
         "broker_url": broker,
         "result_backend": backend,
@@ -76,6 +79,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # reading too: "UnexpectedFrame", another reconnect, and after a few rounds a
         # worker that consumes nothing (measured: bench/chaos.py, rabbitmq-restart).
         "worker_enable_prefetch_count_reduction": False,
+        **priorities,
     }
 
 
