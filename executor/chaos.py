@@ -233,10 +233,12 @@ def run_call(
     arguments: dict[str, Any],
     timeout: float,
     lane: Mapping[str, Any] | None = None,
+    sent: list[str] | None = None,
 ) -> CallRecord:
     """Send one call and classify how it ended; a refusal to publish is typed, not lost.
 
-    ``lane`` is the call's ``fairness_key``/``priority``, when the scenario uses lanes.
+    ``lane`` is the call's ``fairness_key``/``priority``, when the scenario uses lanes;
+    ``sent`` gets the call's id once it is published.
     """
     started = time.monotonic()
     limit = timeout + client.settings.reply_grace + HANG_SLACK_S
@@ -244,6 +246,8 @@ def run_call(
         handle = client.submit(tool, arguments, timeout=timeout, **(lane or {}))
     except InfrastructureError as exc:
         return CallRecord(started, time.monotonic(), "typed", type(exc).__name__, refused=True)
+    if sent is not None:
+        sent.append(handle.call_id)
     result: ToolResult | None = None
     raised: BaseException | None = None
     try:
@@ -307,13 +311,17 @@ def burst(
     timeout: float,
     count: int,
     lanes: Sequence[Mapping[str, Any]] = (),
+    sent: list[str] | None = None,
 ) -> Callable[[], list[CallRecord]]:
-    """Send ``count`` calls at once (in ``lanes``, in turn); the returned function waits for all."""
+    """Send ``count`` calls at once (in ``lanes``, in turn); the returned function waits for all.
+
+    ``sent`` gets each call's id once it is published.
+    """
     out: list[CallRecord] = []
     lock = threading.Lock()
 
     def one(lane: Mapping[str, Any] | None) -> None:
-        record = run_call(client, tool, arguments, timeout, lane)
+        record = run_call(client, tool, arguments, timeout, lane, sent)
         with lock:
             out.append(record)
 
@@ -731,8 +739,15 @@ def run_fault(built: Rig, fault: Fault, settle_s: float = 20.0) -> Tally:
     joins = [burst(client, "chaos_sleep", args, fault.timeout, fault.in_flight, fault.lanes)]
     require(lambda: built.busy() >= fault.in_flight, 10, f"{fault.in_flight} calls running")
     if fault.queued:
-        joins.append(burst(client, "chaos_sleep", args, fault.timeout, fault.queued, fault.lanes))
-        require(lambda: waiting_in_lanes(built) > 0, 10, "calls waiting in the queue's lanes")
+        sent: list[str] = []
+        joins.append(
+            burst(client, "chaos_sleep", args, fault.timeout, fault.queued, fault.lanes, sent)
+        )
+        require(
+            lambda: len(sent) == fault.queued and waiting_in_lanes(built) > 0,
+            10,
+            f"all {fault.queued} more calls sent, some waiting in the queue's lanes",
+        )
     down_at = time.monotonic()
     back_at = fault.inject(built)
     in_flight = [record for join in joins for record in join()]
@@ -742,12 +757,16 @@ def run_fault(built: Rig, fault: Fault, settle_s: float = 20.0) -> Tally:
     return Tally.of(fault.name, records, back_at, in_flight, down_at=down_at)
 
 
-def waiting_in_lanes(built: Rig, queue: str = "tools") -> int:
-    """Calls sorted into ``queue``'s lanes on the rig's Redis broker (toolexec.lanes)."""
+def waiting_in_lanes(built: Rig, queue: str = "tools", *, sorted_only: bool = True) -> int:
+    """Calls sorted into ``queue``'s lanes on the rig's Redis broker (toolexec.lanes).
+
+    ``sorted_only=False`` counts those still in the queue itself too.
+    """
     keys = BrokerKeys(built.settings().key_prefix)
     client = redis.Redis.from_url(built.redis_url)
     try:
         names = list(client.scan_iter(f"{keys.lane_prefix(queue)}*", count=1000))
+        names += [] if sorted_only else [queue]
         return sum(int(client.llen(name)) for name in names)
     except redis.RedisError:
         return 0
