@@ -304,6 +304,8 @@ def run_round(
     guard: RunGuard | None = None,
     timeout: float | None = None,
     strict: bool = False,
+    fairness_key: str | None = None,
+    priority: int | None = None,
 ) -> Round:
     """Run one model response's tool calls in parallel under ``guard``.
 
@@ -316,7 +318,14 @@ def run_round(
     work = _prepare(client, tool_calls, format, guard, timeout, strict)
     try:
         got = (
-            client.call_many(work.pairs(), run_id=run_id, timeout=work.timeout, guard=False)
+            client.call_many(
+                work.pairs(),
+                run_id=run_id,
+                timeout=work.timeout,
+                guard=False,
+                fairness_key=fairness_key,
+                priority=priority,
+            )
             if work.todo
             else []
         )
@@ -334,6 +343,8 @@ async def arun_round(
     guard: RunGuard | None = None,
     timeout: float | None = None,
     strict: bool = False,
+    fairness_key: str | None = None,
+    priority: int | None = None,
 ) -> Round:
     """The asyncio form of :func:`run_round`; Redis round trips go to a thread."""
     run_id = guard.run_id if guard else None
@@ -341,7 +352,12 @@ async def arun_round(
     try:
         got = (
             await client.acall_many(
-                work.pairs(), run_id=run_id, timeout=work.timeout, guard=False
+                work.pairs(),
+                run_id=run_id,
+                timeout=work.timeout,
+                guard=False,
+                fairness_key=fairness_key,
+                priority=priority,
             )
             if work.todo
             else []

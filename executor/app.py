@@ -24,8 +24,9 @@ __all__ = ["app", "celery_config", "create_app", "settings_of"]
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Celery settings for toolexec; see docs/background.md, Celery for why each matters."""
     state_url = redis_url(settings)
-    # One list per queue (no priority sub-lists; toolexec sends no priorities), so that a
-    # worker takes a message by moving it, never holding it only in memory (toolexec.inbox).
+    # One list per queue (no kombu priority sub-lists: toolexec's priorities and fairness
+    # keys are lanes a worker sorts the queue into, toolexec.lanes), so that a worker takes
+    # a message by moving it, never holding it only in memory (toolexec.inbox).
     transport = {"visibility_timeout": settings.visibility_timeout, "priority_steps": [0]}
     # sentinel:// needs master_name in the transport options; rediss:// an ssl_cert_reqs.
     broker, broker_options = celery_url(settings.broker_url or state_url)
@@ -35,10 +36,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     backend_options: dict[str, Any] = {}
     if not is_cluster(state_url):
         backend, backend_options = celery_url(state_url)
+    priorities: dict[str, Any] = {}
     if broker.startswith(("amqp", "pyamqp")):
         # Without publisher confirms, a call RabbitMQ accepted but had not stored when it
         # crashed would be lost while the client waits for it until its deadline.
         broker_options = {**broker_options, "confirm_publish": True}
+        if settings.rabbitmq_priorities:  # the broker orders by priority (toolexec.fairness)
+            priorities = {"task_queue_max_priority": 5, "task_default_priority": 3}
     return {
         "broker_url": broker,
         "result_backend": backend,
@@ -76,6 +80,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # reading too: "UnexpectedFrame", another reconnect, and after a few rounds a
         # worker that consumes nothing (measured: bench/chaos.py, rabbitmq-restart).
         "worker_enable_prefetch_count_reduction": False,
+        **priorities,
     }
 
 

@@ -41,6 +41,10 @@ class CatalogPolicy(TypedDict):
     breaker: NotRequired[dict[str, Any]]
     breaker_key: NotRequired[str | None]
     fallbacks: NotRequired[list[Any]]
+    #: The tool's default priority (``@tool(priority=...)``, toolexec.fairness).
+    priority: NotRequired[int | None]
+    #: The tool's cap on calls in flight (``@tool(max_in_flight=...)``, toolexec.lanes).
+    max_in_flight: NotRequired[int | None]
 
 
 class CatalogEntry(TypedDict):

@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +38,7 @@ import redis
 from toolexec.client import ToolClient
 from toolexec.consumer import read_beats
 from toolexec.errors import ErrorType, InfrastructureError
+from toolexec.keys import BrokerKeys
 from toolexec.results import ToolResult
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
@@ -73,6 +74,7 @@ __all__ = [
     "stop_worker",
     "unexplained_typed",
     "wait_until",
+    "waiting_in_lanes",
 ]
 
 Outcome = Literal["ok", "typed", "lost", "hung"]
@@ -226,15 +228,26 @@ def classify(
 
 
 def run_call(
-    client: ToolClient, tool: str, arguments: dict[str, Any], timeout: float
+    client: ToolClient,
+    tool: str,
+    arguments: dict[str, Any],
+    timeout: float,
+    lane: Mapping[str, Any] | None = None,
+    sent: list[str] | None = None,
 ) -> CallRecord:
-    """Send one call and classify how it ended; a refusal to publish is typed, not lost."""
+    """Send one call and classify how it ended; a refusal to publish is typed, not lost.
+
+    ``lane`` is the call's ``fairness_key``/``priority``, when the scenario uses lanes;
+    ``sent`` gets the call's id once it is published.
+    """
     started = time.monotonic()
     limit = timeout + client.settings.reply_grace + HANG_SLACK_S
     try:
-        handle = client.submit(tool, arguments, timeout=timeout)
+        handle = client.submit(tool, arguments, timeout=timeout, **(lane or {}))
     except InfrastructureError as exc:
         return CallRecord(started, time.monotonic(), "typed", type(exc).__name__, refused=True)
+    if sent is not None:
+        sent.append(handle.call_id)
     result: ToolResult | None = None
     raised: BaseException | None = None
     try:
@@ -261,6 +274,8 @@ class Load:
     timeout: float
     threads: int = 4
     pause: float = 0.0
+    #: The calls' lanes (``fairness_key``/``priority``), taken in turn; none: no lane.
+    lanes: Sequence[Mapping[str, Any]] = ()
     records: list[CallRecord] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _workers: list[threading.Thread] = field(default_factory=list)
@@ -275,7 +290,8 @@ class Load:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            record = run_call(self.client, self.tool, self.arguments, self.timeout)
+            lane = self.lanes[len(self.records) % len(self.lanes)] if self.lanes else None
+            record = run_call(self.client, self.tool, self.arguments, self.timeout, lane)
             with self._lock:
                 self.records.append(record)
             if record.outcome != "ok" or self.pause:
@@ -289,18 +305,30 @@ class Load:
 
 
 def burst(
-    client: ToolClient, tool: str, arguments: dict[str, Any], timeout: float, count: int
+    client: ToolClient,
+    tool: str,
+    arguments: dict[str, Any],
+    timeout: float,
+    count: int,
+    lanes: Sequence[Mapping[str, Any]] = (),
+    sent: list[str] | None = None,
 ) -> Callable[[], list[CallRecord]]:
-    """Send ``count`` calls at once; the returned function waits for all of them."""
+    """Send ``count`` calls at once (in ``lanes``, in turn); the returned function waits for all.
+
+    ``sent`` gets each call's id once it is published.
+    """
     out: list[CallRecord] = []
     lock = threading.Lock()
 
-    def one() -> None:
-        record = run_call(client, tool, arguments, timeout)
+    def one(lane: Mapping[str, Any] | None) -> None:
+        record = run_call(client, tool, arguments, timeout, lane, sent)
         with lock:
             out.append(record)
 
-    threads = [threading.Thread(target=one, daemon=True) for _ in range(count)]
+    threads = [
+        threading.Thread(target=one, args=(lanes[i % len(lanes)] if lanes else None,), daemon=True)
+        for i in range(count)
+    ]
     for thread in threads:
         thread.start()
 
@@ -694,21 +722,56 @@ class Fault:
     in_flight: int = 20
     call_s: float = 2.0
     timeout: float = 40.0
+    #: Fairness keys and priorities the calls use, in turn (toolexec.lanes); none: no lane.
+    lanes: tuple[Mapping[str, Any], ...] = ()
+    #: Calls more than the slots free, sent once the in-flight ones run: they wait in the
+    #: queue's lanes when the fault lands (and count with the calls in flight).
+    queued: int = 0
 
 
 def run_fault(built: Rig, fault: Fault, settle_s: float = 20.0) -> Tally:
     """Calls in flight and a steady trickle, the fault, then every call's outcome."""
     client = built.tool_client
-    load = Load(client, "chaos_sleep", PROBE_ARGS, PROBE_TIMEOUT_S, threads=2, pause=0.1).start()
-    join = burst(client, "chaos_sleep", {"seconds": fault.call_s}, fault.timeout, fault.in_flight)
+    load = Load(
+        client, "chaos_sleep", PROBE_ARGS, PROBE_TIMEOUT_S, threads=2, pause=0.1, lanes=fault.lanes
+    ).start()
+    args = {"seconds": fault.call_s}
+    joins = [burst(client, "chaos_sleep", args, fault.timeout, fault.in_flight, fault.lanes)]
     require(lambda: built.busy() >= fault.in_flight, 10, f"{fault.in_flight} calls running")
+    if fault.queued:
+        sent: list[str] = []
+        joins.append(
+            burst(client, "chaos_sleep", args, fault.timeout, fault.queued, fault.lanes, sent)
+        )
+        require(
+            lambda: len(sent) == fault.queued and waiting_in_lanes(built) > 0,
+            10,
+            f"all {fault.queued} more calls sent, some waiting in the queue's lanes",
+        )
     down_at = time.monotonic()
     back_at = fault.inject(built)
-    in_flight = join()
+    in_flight = [record for join in joins for record in join()]
     if back_at is not None:
         wait_until(lambda: recovery_after(list(load.records), back_at) is not None, settle_s)
     records = in_flight + load.stop()
     return Tally.of(fault.name, records, back_at, in_flight, down_at=down_at)
+
+
+def waiting_in_lanes(built: Rig, queue: str = "tools", *, sorted_only: bool = True) -> int:
+    """Calls sorted into ``queue``'s lanes on the rig's Redis broker (toolexec.lanes).
+
+    ``sorted_only=False`` counts those still in the queue itself too.
+    """
+    keys = BrokerKeys(built.settings().key_prefix)
+    client = redis.Redis.from_url(built.redis_url)
+    try:
+        names = list(client.scan_iter(f"{keys.lane_prefix(queue)}*", count=1000))
+        names += [] if sorted_only else [queue]
+        return sum(int(client.llen(name)) for name in names)
+    except redis.RedisError:
+        return 0
+    finally:
+        client.close()
 
 
 def restart_redis(restarts: int = 1, down_s: float = 1.0) -> Callable[[Rig], float]:

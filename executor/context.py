@@ -157,6 +157,10 @@ class CallContext:
     #: Seconds this call has waited on toolexec's own defences (budget, breaker); each
     #: defence's ``max_wait_s`` bounds it (``toolexec.waits``).
     waited_s: float = 0.0
+    #: The caller's fairness key and priority (``toolexec.fairness``), kept so that a
+    #: retry or a fallback step waits in the same lane as the call.
+    fairness_key: str | None = None
+    priority: int | None = None
 
     def __post_init__(self) -> None:
         # a message's times become TTLs and sorted-set scores: NaN or 1e300 must stop here
@@ -166,6 +170,9 @@ class CallContext:
     def to_json(self) -> dict[str, Any]:
         raw = asdict(self)
         raw["fallback"] = None if self.fallback is None else self.fallback.to_json()
+        for name in ("fairness_key", "priority"):
+            if raw[name] is None:
+                del raw[name]  # the common case keeps messages as they were
         if not self.joined:
             del raw["joined"]  # the common case keeps messages as they were
         else:

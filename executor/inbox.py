@@ -43,8 +43,9 @@ from typing import Any
 
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
+from redis.exceptions import NoScriptError
 
-from toolexec import orphans
+from toolexec import lanes, orphans
 from toolexec.logs import oneline
 from toolexec.poison import envelope_problem, short_hash
 
@@ -110,10 +111,17 @@ def start(channel: Any, timeout: Any, brpop_start: Callable[[Any], Any]) -> None
         brpop_start(timeout)
         return
     orphans.announce_inbox(channel.client, queue)
-    channel.__dict__[_TAKING] = (queue, inbox)
-    wait = channel.brpop_timeout if timeout is None else timeout
+    keys = orphans.broker_keys()
+    state = lanes.state_of(channel)
+    now = monotonic()
     channel._in_poll = channel.client.connection
-    channel._brpop_sent_at = monotonic()
+    channel._brpop_sent_at = now
+    if keys is not None and lanes.use_script(state, now):
+        channel.__dict__[_TAKING] = (queue, inbox, True)
+        lanes.send_take(channel, keys, queue, inbox, now)
+        return
+    channel.__dict__[_TAKING] = (queue, inbox, False)
+    wait = lanes.wait_s(state, channel.brpop_timeout if timeout is None else timeout)
     channel.client.connection.send_command("BLMOVE", queue, inbox, "RIGHT", "LEFT", wait or 0)
 
 
@@ -125,21 +133,40 @@ def read(channel: Any, options: dict[str, Any]) -> bool:
     """
     taking = channel.__dict__.get(_TAKING)
     try:
-        reply = _parse(channel, "BRPOP" if taking is None else "BLMOVE", options)
-        if not reply:
-            raise Empty()
         if taking is None:
+            reply = _parse(channel, "BRPOP", options)
+            if not reply:
+                raise Empty()
             dest, item = reply
             name = bytes_to_str(dest)  # type: ignore[no-untyped-call]
             queue, inbox = name.rsplit(channel.sep, 1)[0], None
         else:
-            (queue, inbox), item = taking, reply
+            queue, inbox, scripted = taking
+            item = _take(channel, queue, inbox, scripted, options)
         channel._queue_cycle.rotate(queue)
         _deliver(channel, queue, inbox, item)
         return True
     finally:
         channel._in_poll = None
         channel._flush_brpop_reauth()
+
+
+def _take(channel: Any, queue: str, inbox: str, scripted: bool, options: dict[str, Any]) -> bytes:
+    """The message a ``BLMOVE`` or a lane take moved into the inbox (:mod:`toolexec.lanes`)."""
+    keys = orphans.broker_keys()
+    if scripted:
+        try:
+            item = lanes.parse_take(channel, _parse(channel, "EVALSHA", options), monotonic())
+        except NoScriptError:  # a restarted Redis forgot it: load it, take next round
+            lanes.load(channel)
+            raise Empty() from None
+    else:
+        item = _parse(channel, "BLMOVE", options)
+        if item and keys is not None and lanes.has_lane(item):
+            item = lanes.swap(channel, keys, queue, inbox, item, monotonic())
+    if not item:
+        raise Empty()
+    return bytes(item)
 
 
 def _parse(channel: Any, command: str, options: dict[str, Any]) -> Any:

@@ -408,6 +408,75 @@ class BrokerKeys:
         """
         return f"{self.prefix}:consumer:{consumer}:reaping"
 
+    # -- fairness lanes (toolexec.lanes) -------------------------------------------
+    # A queue's lanes live on the broker, beside the queue, because one script moves a
+    # message from the queue into a lane and from a lane into a consumer's inbox. Every
+    # key of one queue shares the hash tag ``{queue}``; a broker is one Redis (kombu has
+    # no Redis Cluster transport), so the per-key keys the script derives are fine.
+
+    def lane_prefix(self, queue: str) -> str:
+        """Prefix of the lists ``<prefix><priority>:<fairness key>`` of ``queue``'s lanes.
+
+        A lane holds the calls of one (priority, key) waiting in ``queue``, oldest
+        at the right. No TTL: they are calls (like the queue itself); an empty list
+        is deleted by Redis.
+        """
+        return f"{self.prefix}:fair:{{{queue}}}:lane:"
+
+    def lane(self, queue: str, priority: int, key: str) -> str:
+        """List: one lane of ``queue`` (see :meth:`lane_prefix`)."""
+        return f"{self.lane_prefix(queue)}{priority}:{key}"
+
+    def ready(self, queue: str, priority: int) -> str:
+        """Sorted set: the fairness keys with calls waiting at ``priority``, by virtual time.
+
+        The lowest score goes next; taking a call adds 1/weight to its key's
+        score. No TTL: a member leaves when its lane is empty, so the set is
+        absent when nothing waits.
+        """
+        return f"{self.prefix}:fair:{{{queue}}}:ready:{priority}"
+
+    def vclock(self, queue: str) -> str:
+        """Hash: priority -> the virtual time of the last call taken at it.
+
+        A key whose lane fills again starts there, not at its old score, so a key
+        that was idle cannot bank a share. No TTL: five small fields per queue.
+        """
+        return f"{self.prefix}:fair:{{{queue}}}:vclock"
+
+    def parked(self, queue: str) -> str:
+        """Sorted set: ``<priority>|<key>`` lanes of ``queue`` at their key's ``max_in_flight``.
+
+        Scored by virtual time; a lane goes back to :meth:`ready` once a call of
+        its key ends. No TTL: a member leaves when it is taken back.
+        """
+        return f"{self.prefix}:fair:{{{queue}}}:parked"
+
+    def fair_weights(self) -> str:
+        """Hash: fairness key -> weight (``toolexec fairness set``); absent means 1.
+
+        No TTL: it is an operator's configuration, removed by ``fairness clear``.
+        """
+        return f"{self.prefix}:fair:weights"
+
+    def fair_caps(self) -> str:
+        """Hash: fairness key -> ``max_in_flight`` across the fleet; absent means no cap.
+
+        No TTL: configuration, as :meth:`fair_weights`.
+        """
+        return f"{self.prefix}:fair:caps"
+
+    def fair_inflight_prefix(self) -> str:
+        """Prefix of the sorted sets ``<prefix><key>`` (``<prefix>tool:<name>`` for a tool):
+        delivery tags of a capped key's (or tool's) calls in flight.
+
+        Scored by when the entry lapses (taken + the visibility timeout): the
+        acknowledgement removes a tag at once; a tag whose worker died comes back
+        with its message (the same tag, so counted once) or lapses. Each set's
+        TTL is that lease too, refreshed by every take.
+        """
+        return f"{self.prefix}:fair:inflight:"
+
 
 #: A consumer that has not beaten for this long is dead: five missed beats of one
 #: second, so a host busy for a few seconds is not declared dead.

@@ -49,6 +49,7 @@ __all__ = [
     "OrphanWatch",
     "activate",
     "announce_inbox",
+    "broker_keys",
     "deactivate",
     "dead_consumers",
     "hand_back",
@@ -122,6 +123,13 @@ def inbox_key(queue: str) -> str | None:
     if _holder is None or _holder.pid != os.getpid():
         return None
     return _holder.keys.inbox(_holder.consumer, queue)
+
+
+def broker_keys() -> BrokerKeys | None:
+    """The broker's key names of this process's consumer, or None without a watcher."""
+    if _holder is None or _holder.pid != os.getpid():
+        return None
+    return _holder.keys
 
 
 def announce_inbox(client: Any, queue: str) -> None:

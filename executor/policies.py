@@ -320,8 +320,28 @@ class ToolPolicy:
     fallbacks: tuple[FallbackStep, ...] = ()  # toolexec.fallback.steps; checked by check_chain
     retry_budget: RetryBudgetPolicy = field(default_factory=RetryBudgetPolicy)
     rate_limit: RateLimitPolicy | None = None  # None: unlimited
+    #: The priority of the tool's calls when the caller names none (1 most urgent … 5;
+    #: None: 3). ``toolexec.fairness``.
+    priority: int | None = None
+    #: The most calls of this tool running at once across the fleet (None: no cap); the
+    #: excess waits in a lane of its own (``toolexec.lanes``, a Redis broker).
+    max_in_flight: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_in_flight is not None and (
+            type(self.max_in_flight) is not int or not 1 <= self.max_in_flight <= 100_000
+        ):
+            raise ConfigurationError(
+                f"a tool's max_in_flight must be a whole number from 1 to 100000, "
+                f"not {self.max_in_flight!r}"
+            )
+        if self.priority is not None and (
+            type(self.priority) is not int or not 1 <= self.priority <= 5
+        ):
+            raise ConfigurationError(
+                f"a tool's priority must be a whole number from 1 (most urgent) to 5, "
+                f"not {self.priority!r}"
+            )
         if not self.timeout > 0:
             raise ConfigurationError(f"a tool's timeout must be positive, not {self.timeout}")
         if self.coalesce and self.side_effects:
@@ -357,6 +377,8 @@ class ToolPolicy:
             "fallbacks": [step.describe() for step in self.fallbacks],
             "retry_budget": self.retry_budget.to_json(),
             "rate_limit": None if self.rate_limit is None else self.rate_limit.to_json(),
+            **({} if self.priority is None else {"priority": self.priority}),
+            **({} if self.max_in_flight is None else {"max_in_flight": self.max_in_flight}),
         }
 
 

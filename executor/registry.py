@@ -276,6 +276,8 @@ def tool(
     fallbacks: Sequence[FallbackStep] | None = ...,
     retry_budget: RetryBudgetPolicy | None = ...,
     rate_limit: RateLimitPolicy | None = ...,
+    priority: int | None = ...,
+    max_in_flight: int | None = ...,
     registry: Registry | None = ...,
 ) -> Callable[[F], F]: ...
 
@@ -305,6 +307,8 @@ def tool(
     fallbacks: Sequence[FallbackStep] | None = None,
     retry_budget: RetryBudgetPolicy | None = None,
     rate_limit: RateLimitPolicy | None = None,
+    priority: int | None = None,
+    max_in_flight: int | None = None,
     registry: Registry | None = None,
 ) -> F | Callable[[F], F]:
     """Register a typed function (sync or ``async def``) as a tool.
@@ -332,6 +336,10 @@ def tool(
     ``retry_budget`` caps the retries of all callers together (a 10% ratio by
     default; ``toolexec.retry_budget``); ``rate_limit`` holds the whole fleet to a
     number of calls per second (``toolexec.ratelimit``; none by default).
+    ``priority`` is the priority of the tool's calls when a caller names none (1 most
+    urgent … 5; 3 by default; ``toolexec.fairness``); ``max_in_flight`` caps the tool's
+    calls running at once across the fleet, the excess waiting in a lane of its own (a
+    Redis broker; ``toolexec.lanes``).
     """
 
     def register(fn: F) -> F:
@@ -362,6 +370,8 @@ def tool(
             fallbacks=_checked_fallbacks(tool_name, fallbacks, side_effects),
             retry_budget=retry_budget or RetryBudgetPolicy(),
             rate_limit=rate_limit,
+            priority=priority,
+            max_in_flight=max_in_flight,
         )
         spec = ToolSpec(
             name=tool_name,

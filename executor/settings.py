@@ -157,6 +157,12 @@ class Settings(BaseSettings):
     task_events: bool = Field(
         default=True, description="Send task events so Flower and `celery events` see calls."
     )
+    rabbitmq_priorities: bool = Field(
+        default=False,
+        description="On RabbitMQ, declare queues with x-max-priority 5 so workers take calls "
+        "by priority; a queue declared without it must be drained and deleted first "
+        "(docs/guides/fairness.md).",
+    )
     payload_store: str = Field(
         default="redis",
         description="Where large results and arguments go: redis, file:///dir or s3://bucket/prefix.",

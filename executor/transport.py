@@ -55,7 +55,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import base as virtual
 from kombu.utils.json import dumps
 
-from toolexec import inbox, orphans
+from toolexec import inbox, lanes, orphans
 from toolexec.connection import BLIPS, through_blips
 
 __all__ = [
@@ -168,8 +168,16 @@ class QoS(kombu_redis.QoS):
         virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
 
     def _remove_from_indices(self, delivery_tag: Any, pipe: Any = None) -> Any:
-        """Whatever removes a tag from kombu's unacked record removes it from the held set."""
+        """Whatever removes a tag from kombu's unacked record removes it from the held set.
+
+        And, for a call of a fairness key with ``max_in_flight``, from the key's calls
+        in flight (:mod:`toolexec.lanes`), so its parked lane is taken again.
+        """
         queued = super()._remove_from_indices(delivery_tag, pipe)  # type: ignore[no-untyped-call]
+        capped, keys = lanes.release(str(delivery_tag)), orphans.broker_keys()
+        if capped and keys is not None:  # a call of a capped key or tool ended
+            for counted in capped:
+                queued = queued.zrem(keys.fair_inflight_prefix() + counted, delivery_tag)
         held = orphans.held_key()
         return queued if held is None else queued.srem(held, delivery_tag)
 

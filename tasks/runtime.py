@@ -44,6 +44,7 @@ from toolexec.context import CallContext
 from toolexec.errors import ErrorType
 from toolexec.execution import Executor, Final, error_result, restamped
 from toolexec.failopen import REDIS_ERRORS
+from toolexec.fairness import is_amqp, lane_in, lane_options, with_lane
 from toolexec.fallback.cache import LastGoodCache, LastGoodLayer
 from toolexec.fallback.chain import Action, ChainRunner, Deliver, Send
 from toolexec.faults import FaultConfig, FaultLayer, FaultStore
@@ -140,11 +141,17 @@ class WorkerRuntime:
 
     def dispatch(self, publications: Sequence[Send]) -> None:
         """Publish task messages over one producer connection, with results ignored."""
+        amqp = is_amqp(str(self.app.conf.broker_url or ""))
         with self.app.producer_or_acquire() as producer:
             for message in publications:
                 options: dict[str, Any] = {}
                 if message.retries is not None:
                     options["retries"] = message.retries
+                lane = lane_in(message.kwargs)  # a fallback step waits in its call's lane
+                options.update(lane_options(amqp, lane.priority))
+                headers = with_lane(None, lane.fairness_key, lane.priority)
+                if headers is not None:
+                    options["headers"] = headers
                 self.app.send_task(
                     message.task,
                     kwargs=message.kwargs,

@@ -25,6 +25,7 @@ from toolexec.client.payloads import ClientPayloads
 from toolexec.clock import Clock
 from toolexec.context import CallContext
 from toolexec.errors import CircuitOpenError, ErrorType, UsageError
+from toolexec.fairness import NO_LANE, Lane, checked_cap, checked_priority
 from toolexec.fallback.state import FALLBACK_TASK, ChainState
 from toolexec.liveness import LiveQueues, no_catalog_info, no_worker_info
 from toolexec.policies import BreakerPolicy
@@ -65,6 +66,8 @@ class PreparedCall:
     task: str | None = None
     #: Whether the tool writes: a call of it left without an answer ends ``unknown``.
     side_effects: bool = False
+    #: (tool, max_in_flight) when the tool caps its calls in flight (toolexec.lanes).
+    tool_cap: tuple[str, int] | None = None
 
 
 class CallPreparer:
@@ -87,14 +90,23 @@ class CallPreparer:
         self.live_queues = live_queues
 
     def prepare_many(
-        self, calls: Iterable[CallSpec], run_id: str | None, timeout: float | None
+        self,
+        calls: Iterable[CallSpec],
+        run_id: str | None,
+        timeout: float | None,
+        lane: Lane = NO_LANE,
     ) -> list[PreparedCall]:
         """Calls that share one reply list, so the caller collects them together."""
-        windows = self.windows(calls, run_id, timeout, self.settings.max_batch_calls)
+        windows = self.windows(calls, run_id, timeout, self.settings.max_batch_calls, lane)
         return [p for window in windows for p in window]
 
     def windows(
-        self, calls: Iterable[CallSpec], run_id: str | None, timeout: float | None, size: int
+        self,
+        calls: Iterable[CallSpec],
+        run_id: str | None,
+        timeout: float | None,
+        size: int,
+        lane: Lane = NO_LANE,
     ) -> Iterator[list[PreparedCall]]:
         """The calls of one batch prepared ``size`` at a time, as the caller asks for more.
 
@@ -109,7 +121,7 @@ class CallPreparer:
         prepared just before it is sent, so each call's deadline counts from
         then, as a call's deadline always counts from when it is prepared.
         """
-        return self._windows(self.checked(calls), run_id, timeout, uuid.uuid4().hex, size)
+        return self._windows(self.checked(calls), run_id, timeout, uuid.uuid4().hex, size, lane)
 
     def checked(self, calls: Iterable[CallSpec]) -> list[CallSpec]:
         """The batch as a list of (tool, arguments) pairs, or a UsageError before anything runs.
@@ -133,6 +145,7 @@ class CallPreparer:
         timeout: float | None,
         reply_to: str,
         size: int,
+        lane: Lane = NO_LANE,
     ) -> Iterator[list[PreparedCall]]:
         end: float | None = None  # the first call's deadline: the batch's own
         unsent: ToolResult | None = None
@@ -148,7 +161,7 @@ class CallPreparer:
                 yield [self._not_sent(tool, run_id, reply_to, end, unsent) for tool, _ in chunk]
                 continue
             window = [
-                self.prepare(tool, arguments, run_id, timeout, None, reply_to)
+                self.prepare(tool, arguments, run_id, timeout, None, reply_to, lane=lane)
                 for tool, arguments in chunk
             ]
             if end is None:
@@ -188,6 +201,7 @@ class CallPreparer:
         call_id: str | None,
         reply_to: str | None,
         idempotency_key: str | None = None,
+        lane: Lane = NO_LANE,
     ) -> PreparedCall:
         if not isinstance(tool, str) or not tool:
             raise UsageError(f"the tool name must be a non-empty string, not {tool!r}")
@@ -202,6 +216,8 @@ class CallPreparer:
             run_id=checked_id(run_id, "run_id"),
             idempotency_key=checked_key(idempotency_key),
             tenant=self.settings.tenant,
+            fairness_key=lane.fairness_key,
+            priority=lane.priority,
         )
         parsed, problem = parse_arguments(arguments, self.settings.payload_max_bytes)
         if problem is not None or parsed is None:
@@ -229,6 +245,8 @@ class CallPreparer:
         self, ctx: CallContext, entry: CatalogEntry, parsed: dict[str, Any]
     ) -> PreparedCall:
         """The checks that need the tool's catalog entry: schema, a live worker, breaker, size."""
+        if ctx.priority is None:
+            ctx = replace(ctx, priority=_tool_priority(entry))
         problem = validate_against_schema(parsed, entry["parameters"])
         if problem is not None:
             return self._early(
@@ -252,8 +270,15 @@ class CallPreparer:
             return self._early(ctx, ErrorType.INVALID_ARGUMENTS, problem, _SEND_A_REFERENCE)
         secrets = secret_names(entry["parameters"])
         side_effects = bool(entry["policy"].get("side_effects"))
+        cap = _tool_cap(entry)
         return PreparedCall(
-            ctx, inline, entry["policy"]["queue"], None, secrets, side_effects=side_effects
+            ctx,
+            inline,
+            entry["policy"]["queue"],
+            None,
+            secrets,
+            side_effects=side_effects,
+            tool_cap=None if cap is None else (ctx.tool, cap),
         )
 
     def _unserved(self, ctx: CallContext, queue: str) -> PreparedCall | None:
@@ -335,6 +360,22 @@ def batch_too_large(most: int) -> str:
         f"{most:,}, one after another, or raise the limit if the workers can run that many "
         "within the timeout (docs/limits.md)."
     )
+
+
+def _tool_priority(entry: CatalogEntry) -> int | None:
+    """The tool's own priority from its catalog entry; a value no worker could mean is none."""
+    try:
+        return checked_priority(entry["policy"].get("priority"))
+    except UsageError:
+        return None
+
+
+def _tool_cap(entry: CatalogEntry) -> int | None:
+    """The tool's cap on calls in flight from its catalog entry; a malformed one is none."""
+    try:
+        return checked_cap(entry["policy"].get("max_in_flight"))
+    except UsageError:
+        return None
 
 
 def checked_key(key: str | None) -> str | None:

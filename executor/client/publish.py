@@ -27,6 +27,7 @@ from opentelemetry.trace import Span
 from toolexec.client.prepare import PreparedCall
 from toolexec.clock import Clock
 from toolexec.errors import BrokerUnavailableError
+from toolexec.fairness import is_amqp, lane_options, with_lane
 from toolexec.redaction import shown_kwargs
 from toolexec.settings import Settings
 from toolexec.tracing import inject_headers
@@ -119,9 +120,11 @@ def broker_app(settings: Settings) -> Celery:
 
 
 def _send(app: Celery, producer: object, window: _Todo) -> None:
+    amqp = is_amqp(str(app.conf.broker_url or ""))
     for p, span in window:
         kwargs = {"arguments": p.arguments, "context": p.ctx.to_json()}
         task = p.task or f"tools.{p.ctx.tool}"
+        headers = None if span is None else inject_headers(span, p.queue, p.ctx.call_id, task)
         app.send_task(
             task,
             kwargs=kwargs,
@@ -130,5 +133,6 @@ def _send(app: Celery, producer: object, window: _Todo) -> None:
             queue=p.queue,
             producer=producer,
             ignore_result=True,
-            headers=None if span is None else inject_headers(span, p.queue, p.ctx.call_id, task),
+            headers=with_lane(headers, p.ctx.fairness_key, p.ctx.priority, p.tool_cap),
+            **lane_options(amqp, p.ctx.priority),
         )

@@ -36,6 +36,7 @@ from toolexec.client.waiting import ReplyWaiter
 from toolexec.clock import Clock
 from toolexec.connection import fail_fast_client, fleet_clock, redis_client, redis_url
 from toolexec.errors import InfrastructureError
+from toolexec.fairness import NO_LANE, Lane
 from toolexec.guard import RunGuard
 from toolexec.keys import Keys
 from toolexec.liveness import LiveQueues
@@ -189,6 +190,8 @@ class ToolClient:
         call_id: str | None = None,
         idempotency_key: str | None = None,
         guard: bool = True,
+        fairness_key: str | None = None,
+        priority: int | None = None,
     ) -> ToolResult:
         """Run ``tool`` and wait for its result, at most ``timeout`` seconds.
 
@@ -203,6 +206,11 @@ class ToolClient:
         budgets get a nudge (the result's ``guard`` note, in ``content()``), then
         ``tool_disabled``, ``run_aborted`` or ``run_budget_exhausted`` results.
         ``guard=False`` opts out: the run id then only labels the call.
+
+        ``fairness_key`` (a tenant or user id) and ``priority`` (1 most urgent … 5;
+        the tool's own, else 3) choose the call's lane: workers take higher
+        priorities first and, within one, keys in proportion to their weights
+        (``toolexec fairness set``; docs/guides/fairness.md).
         """
         return self.submit(
             tool,
@@ -212,6 +220,8 @@ class ToolClient:
             call_id=call_id,
             idempotency_key=idempotency_key,
             guard=guard,
+            fairness_key=fairness_key,
+            priority=priority,
         ).result()
 
     def submit(
@@ -224,6 +234,8 @@ class ToolClient:
         call_id: str | None = None,
         idempotency_key: str | None = None,
         guard: bool = True,
+        fairness_key: str | None = None,
+        priority: int | None = None,
     ) -> CallHandle:
         """Enqueue a call and return at once with a handle to its result.
 
@@ -233,13 +245,21 @@ class ToolClient:
         """
         start_ns = time.time_ns()
         run_id = checked_id(run_id, "run_id")
+        lane = Lane.of(fairness_key, priority)
         round_ = begin_round(self, run_id, [(tool, arguments)], guard)
         if round_ is not None and not round_.to_run:
             return CallHandle(None, None, None, ready=round_.settle([])[0])
         asked = timeout if round_ is None else round_.timeout(timeout)
         try:
             prepared = self.preparer.prepare(
-                tool, arguments, run_id, asked, call_id, None, idempotency_key=idempotency_key
+                tool,
+                arguments,
+                run_id,
+                asked,
+                call_id,
+                None,
+                idempotency_key=idempotency_key,
+                lane=lane,
             )
             spans = _started([prepared], start_ns)
             publish(self.app, [prepared], spans)
@@ -257,6 +277,8 @@ class ToolClient:
         run_id: str | None = None,
         timeout: float | None = None,
         guard: bool = True,
+        fairness_key: str | None = None,
+        priority: int | None = None,
     ) -> list[ToolResult]:
         """Run independent calls in parallel; results come back in the calls' order.
 
@@ -267,15 +289,17 @@ class ToolClient:
         are read between windows, so the first calls run while the last are
         still being prepared and none of their answers is lost; see docs/limits.md.
         With a ``run_id`` the batch is one round under the run guard (see :meth:`call`).
+        ``fairness_key`` and ``priority`` apply to every call (see :meth:`call`).
         """
         start_ns = time.time_ns()
         calls = self.preparer.checked(calls)
         run_id = checked_id(run_id, "run_id")
+        lane = Lane.of(fairness_key, priority)
         round_ = begin_round(self, run_id, calls, guard)
         todo = list(range(len(calls))) if round_ is None else round_.to_run
         asked = timeout if round_ is None else round_.timeout(timeout)
         try:
-            ran = self._run_batch([calls[i] for i in todo], run_id, asked, start_ns)
+            ran = self._run_batch([calls[i] for i in todo], run_id, asked, start_ns, lane)
         except InfrastructureError:
             if round_ is not None:
                 round_.abandon()
@@ -283,19 +307,29 @@ class ToolClient:
         return ran if round_ is None else round_.settle(ran)
 
     def _run_batch(
-        self, calls: list[CallSpec], run_id: str | None, timeout: float | None, start_ns: int
+        self,
+        calls: list[CallSpec],
+        run_id: str | None,
+        timeout: float | None,
+        start_ns: int,
+        lane: Lane = NO_LANE,
     ) -> list[ToolResult]:
         if not calls:
             return []
-        sent = self._send_batch(calls, run_id, timeout, start_ns)
+        sent = self._send_batch(calls, run_id, timeout, start_ns, lane)
         return _ended(sent.spans, self.waiter.collect(sent.batch, None, sent.boxes, sent.unsent))
 
     def _send_batch(
-        self, calls: Iterable[CallSpec], run_id: str | None, timeout: float | None, start_ns: int
+        self,
+        calls: Iterable[CallSpec],
+        run_id: str | None,
+        timeout: float | None,
+        start_ns: int,
+        lane: Lane = NO_LANE,
     ) -> _Sent:
         """Prepare and send ``calls`` a window at a time, reading answers in between."""
         sent = _Sent()
-        for window in self.preparer.windows(calls, run_id, timeout, WINDOW):
+        for window in self.preparer.windows(calls, run_id, timeout, WINDOW, lane):
             spans = _started(window, start_ns)
             self.waiter.open(window, sent.boxes)
             sent.unsent |= publish(self.app, window, spans, clock=self.clock)
@@ -314,10 +348,13 @@ class ToolClient:
         call_id: str | None = None,
         idempotency_key: str | None = None,
         guard: bool = True,
+        fairness_key: str | None = None,
+        priority: int | None = None,
     ) -> ToolResult:
         """The asyncio form of :meth:`call`; waiting does not hold a thread."""
         start_ns = time.time_ns()
         run_id = checked_id(run_id, "run_id")
+        lane = Lane.of(fairness_key, priority)
         round_ = await asyncio.to_thread(begin_round, self, run_id, [(tool, arguments)], guard)
         if round_ is not None and not round_.to_run:
             return (await asyncio.to_thread(round_.settle, []))[0]
@@ -332,6 +369,7 @@ class ToolClient:
                 call_id,
                 None,
                 idempotency_key,
+                lane,
             )
             spans = _started([prepared], start_ns)
             await asyncio.to_thread(publish, self.app, [prepared], spans)
@@ -349,16 +387,19 @@ class ToolClient:
         run_id: str | None = None,
         timeout: float | None = None,
         guard: bool = True,
+        fairness_key: str | None = None,
+        priority: int | None = None,
     ) -> list[ToolResult]:
         """The asyncio form of :meth:`call_many`."""
         start_ns = time.time_ns()
         calls = self.preparer.checked(calls)
         run_id = checked_id(run_id, "run_id")
+        lane = Lane.of(fairness_key, priority)
         round_ = await asyncio.to_thread(begin_round, self, run_id, calls, guard)
         todo = list(range(len(calls))) if round_ is None else round_.to_run
         asked = timeout if round_ is None else round_.timeout(timeout)
         try:
-            ran = await self._arun_batch([calls[i] for i in todo], run_id, asked, start_ns)
+            ran = await self._arun_batch([calls[i] for i in todo], run_id, asked, start_ns, lane)
         except InfrastructureError:
             if round_ is not None:
                 await asyncio.to_thread(round_.abandon)
@@ -366,11 +407,16 @@ class ToolClient:
         return ran if round_ is None else await asyncio.to_thread(round_.settle, ran)
 
     async def _arun_batch(
-        self, calls: list[CallSpec], run_id: str | None, timeout: float | None, start_ns: int
+        self,
+        calls: list[CallSpec],
+        run_id: str | None,
+        timeout: float | None,
+        start_ns: int,
+        lane: Lane = NO_LANE,
     ) -> list[ToolResult]:
         if not calls:
             return []
-        sent = await asyncio.to_thread(self._send_batch, calls, run_id, timeout, start_ns)
+        sent = await asyncio.to_thread(self._send_batch, calls, run_id, timeout, start_ns, lane)
         results = await self.waiter.acollect(sent.batch, sent.boxes, sent.unsent)
         return _ended(sent.spans, results)
 
@@ -392,6 +438,8 @@ class ToolClient:
         timeout: float | None = None,
         guard: RunGuard | None = None,
         strict: bool = False,
+        fairness_key: str | None = None,
+        priority: int | None = None,
     ) -> list[dict[str, Any]]:
         """Run a model response's tool calls in parallel; the replies, in the calls' order.
 
@@ -404,11 +452,21 @@ class ToolClient:
         ``run_budget_exhausted``. Without either, the calls just run.
         ``strict=True`` when the model was given ``tool_definitions(strict=True)``:
         its arguments are turned back into the catalog's shape (``toolexec.strict``).
+        ``fairness_key`` (typically the run's tenant) and ``priority`` apply to every
+        call of the round (see :meth:`call`).
         """
         run_id = checked_id(run_id, "run_id")
+        lane = Lane.of(fairness_key, priority)
         guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
         return run_round(
-            self, tool_calls, format=format, guard=guard, timeout=timeout, strict=strict
+            self,
+            tool_calls,
+            format=format,
+            guard=guard,
+            timeout=timeout,
+            strict=strict,
+            fairness_key=lane.fairness_key,
+            priority=lane.priority,
         ).messages
 
     async def arun_tool_calls(
@@ -421,12 +479,22 @@ class ToolClient:
         timeout: float | None = None,
         guard: RunGuard | None = None,
         strict: bool = False,
+        fairness_key: str | None = None,
+        priority: int | None = None,
     ) -> list[dict[str, Any]]:
         """The asyncio form of :meth:`run_tool_calls`."""
         run_id = checked_id(run_id, "run_id")
+        lane = Lane.of(fairness_key, priority)
         guard = guard or (self.run_guard(run_id, budget) if run_id is not None else None)
         outcome = await arun_round(
-            self, tool_calls, format=format, guard=guard, timeout=timeout, strict=strict
+            self,
+            tool_calls,
+            format=format,
+            guard=guard,
+            timeout=timeout,
+            strict=strict,
+            fairness_key=lane.fairness_key,
+            priority=lane.priority,
         )
         return outcome.messages
 

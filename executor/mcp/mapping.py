@@ -17,10 +17,13 @@ from typing import Any
 
 import mcp_types as types
 
-from toolexec.errors import ErrorType
+from toolexec.errors import ErrorType, UsageError
+from toolexec.fairness import Lane
 from toolexec.results import ErrorInfo, ToolResult
 
 __all__ = [
+    "FAIRNESS_KEY_META",
+    "PRIORITY_META",
     "READ_PAYLOAD",
     "RESULT_META",
     "RUN_ID_HEADER",
@@ -31,6 +34,7 @@ __all__ = [
     "cancelled_result",
     "catalog_fingerprint",
     "checked_run_id",
+    "lane_for",
     "model_body",
     "output_schema",
     "read_payload_arguments",
@@ -48,6 +52,10 @@ READ_PAYLOAD = "read_payload"
 #: seconds (MCP has no standard field for a request timeout).
 RUN_ID_META = "toolexec/run_id"
 TIMEOUT_META = "toolexec/timeout_s"
+#: The call's fairness key and priority (``toolexec.fairness``): a front serving many
+#: tenants passes each one's id so that none waits behind another's backlog.
+FAIRNESS_KEY_META = "toolexec/fairness_key"
+PRIORITY_META = "toolexec/priority"
 
 #: The HTTP header a client may set once on its connection to name the run all its calls
 #: belong to; ``_meta``'s ``toolexec/run_id`` still wins for a single call.
@@ -224,6 +232,14 @@ def checked_run_id(given: Any) -> str | None:
 def run_id_for(meta: Mapping[str, Any] | None, session_run_id: str) -> str:
     """The client's own run id from ``_meta`` when it gives a usable one, else the session's."""
     return checked_run_id(_meta_value(meta, RUN_ID_META)) or session_run_id
+
+
+def lane_for(meta: Mapping[str, Any] | None) -> Lane | str:
+    """The call's lane from ``_meta``, or why it cannot be used (the values come from outside)."""
+    try:
+        return Lane.of(_meta_value(meta, FAIRNESS_KEY_META), _meta_value(meta, PRIORITY_META))
+    except UsageError as exc:
+        return f"_meta {FAIRNESS_KEY_META} / {PRIORITY_META}: {exc}"
 
 
 def call_timeout(meta: Mapping[str, Any] | None, server_timeout: float) -> float:

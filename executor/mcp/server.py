@@ -36,6 +36,7 @@ from toolexec.client.prepare import PreparedCall
 from toolexec.client.publish import publish
 from toolexec.connection import async_redis_client, unavailable
 from toolexec.errors import InfrastructureError, PayloadUnavailableError, UsageError
+from toolexec.fairness import NO_LANE
 from toolexec.guard import RoundPlan, RunGuard
 from toolexec.mcp.mapping import (
     READ_PAYLOAD,
@@ -44,6 +45,7 @@ from toolexec.mcp.mapping import (
     cancelled_result,
     catalog_fingerprint,
     checked_run_id,
+    lane_for,
     read_payload_arguments,
     read_payload_tool,
     run_id_for,
@@ -217,8 +219,13 @@ class McpFront:
         session_run = self._run_of(ctx)  # also remembers the session for list_changed
         run_id = run_id_for(meta, _header_run_id(ctx) or session_run)
         timeout = call_timeout(meta, self.settings.mcp_call_timeout)
+        lane = lane_for(meta)
+        if isinstance(lane, str):
+            return _error_text(lane)
         guard = self.client.run_guard(run_id) if self.settings.mcp_guard else None
-        return await _Call(self, ctx, params.name, arguments, run_id, timeout, guard).run()
+        call = _Call(self, ctx, params.name, arguments, run_id, timeout, guard)
+        call.lane = lane
+        return await call.run()
 
     async def _read_payload(self, arguments: Mapping[str, Any]) -> types.CallToolResult:
         """A page of an offloaded result; the numbers come from a model, so they are checked."""
@@ -254,6 +261,7 @@ class _Call:
         self.run_id, self.timeout, self.guard = run_id, timeout, guard
         self.call_id = uuid.uuid4().hex
         self.started = time.monotonic()
+        self.lane = NO_LANE
 
     async def run(self) -> types.CallToolResult:
         plan = None
@@ -296,7 +304,7 @@ class _Call:
         """Check and send the call, in one trip to a thread (both talk to Redis)."""
         client = self.front.client
         prepared = client.preparer.prepare(
-            self.tool, self.arguments, self.run_id, self.timeout, self.call_id, None
+            self.tool, self.arguments, self.run_id, self.timeout, self.call_id, None, lane=self.lane
         )
         publish(client.app, [prepared])
         return prepared

@@ -17,6 +17,7 @@ import click
 from toolexec.breaker.cli import breakers
 from toolexec.errors import InfrastructureError, ToolexecError
 from toolexec.ops.cli_support import EXIT_UNREACHABLE, Unreachable
+from toolexec.ops.fairness_cli import fairness
 from toolexec.ops.faults_cli import faults
 from toolexec.ops.health import health
 from toolexec.ops.mcp_cli import mcp
@@ -460,6 +461,7 @@ def embedded_stop() -> None:
 
 
 cli.add_command(breakers)
+cli.add_command(fairness)
 cli.add_command(faults)
 cli.add_command(status)
 cli.add_command(health)

@@ -22,7 +22,8 @@ from kombu.transport.redis import PRIORITY_STEPS, Channel
 from toolexec import catalog as catalog_mod
 from toolexec.breaker import CircuitBreaker
 from toolexec.connection import redact_url, redis_client, redis_url, unavailable
-from toolexec.keys import Keys
+from toolexec.fairness_store import FairnessStore, QueueLanes
+from toolexec.keys import BrokerKeys, Keys
 from toolexec.liveness import scheduled_counts, workers_alive
 from toolexec.ops.cli_support import reported
 from toolexec.ops.processes import process_label
@@ -77,8 +78,17 @@ def amqp_depths(url: str, names: Sequence[str]) -> dict[str, int | None]:
     return out
 
 
-def _broker_view(broker: str, names: Sequence[str]) -> dict[str, Any]:
+def redis_lanes(
+    client: redis.Redis, names: Sequence[str], prefix: str, now: float
+) -> dict[str, QueueLanes]:
+    """What waits in each queue's fairness lanes (toolexec.lanes), by priority and top keys."""
+    store = FairnessStore(client, BrokerKeys(prefix))
+    return {name: store.lanes(name, now) for name in names}
+
+
+def _broker_view(broker: str, names: Sequence[str], prefix: str, now: float) -> dict[str, Any]:
     view: dict[str, Any] = {"broker": redact_url(broker)}
+    lanes: dict[str, QueueLanes] = {}
     if broker.startswith(("amqp://", "amqps://", "pyamqp://")):
         depths: dict[str, int | None] = dict(amqp_depths(broker, names))
         view["unacked"] = None  # RabbitMQ counts them per queue; its own UI shows them
@@ -86,11 +96,23 @@ def _broker_view(broker: str, names: Sequence[str]) -> dict[str, Any]:
         client = redis_client(broker, socket_timeout=5.0)
         try:
             depths = dict(redis_depths(client, names))
+            lanes = redis_lanes(client, names, prefix, now)
             view["unacked"] = redis_unacked(client)
         finally:
             client.close()
-    view["queues"] = [{"name": name, "waiting": depths[name]} for name in names]
+    view["queues"] = [
+        {
+            "name": name,
+            "waiting": _waiting(depths[name], lanes.get(name)),
+            **({"lanes": lanes[name].to_json()} if name in lanes and lanes[name].in_lanes else {}),
+        }
+        for name in names
+    ]
     return view
+
+
+def _waiting(depth: int | None, lanes: QueueLanes | None) -> int | None:
+    return depth if depth is None or lanes is None else depth + lanes.in_lanes
 
 
 def _workers(client: redis.Redis, keys: Keys, now: float, pinged: set[str] | None) -> list[Any]:
@@ -141,7 +163,10 @@ def gather(
         catalog = catalog_mod.read(client, keys)
         out: dict[str, Any] = {"at": now, "minutes": minutes}
         out |= _broker_view(
-            settings.broker_url or url, queue_names(catalog, settings.default_queue)
+            settings.broker_url or url,
+            queue_names(catalog, settings.default_queue),
+            settings.key_prefix,
+            now,
         )
         pinged = None if ping_timeout is None else _ping(settings, ping_timeout)
         out["workers"] = _workers(client, keys, now, pinged)
@@ -186,7 +211,35 @@ def _queues(view: dict[str, Any]) -> list[Any]:
     if unacked is not None:
         title += f" ({unacked} delivered to workers, not yet acknowledged)"
     rows = [(q["name"], "-" if q["waiting"] is None else q["waiting"]) for q in view["queues"]]
-    return _section(title, ["QUEUE", "WAITING"], rows)
+    out = _section(title, ["QUEUE", "WAITING"], rows)
+    for queue in view["queues"]:
+        if "lanes" in queue:
+            out += _lanes_section(queue["name"], queue["lanes"])
+    return out
+
+
+def _age(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s"
+
+
+def _lanes_section(name: str, lanes: dict[str, Any]) -> list[Any]:
+    """A queue's lanes: per priority, then the fairness keys with the most calls waiting."""
+    levels = [(p, v["waiting"], _age(v["oldest_s"])) for p, v in lanes["priorities"].items()]
+    keys = [
+        (k["key"] or "(none)", k["priority"], k["waiting"], _age(k["oldest_s"]))
+        for k in lanes["top_keys"]
+    ]
+    more = " (a sample: more keys wait)" if lanes["sampled"] else ""
+    return [
+        *_section(
+            f"Lanes of {name} by priority (1 most urgent)",
+            ["PRIORITY", "WAITING", "OLDEST"],
+            levels,
+        ),
+        *_section(
+            f"Top fairness keys of {name}{more}", ["KEY", "PRIORITY", "WAITING", "OLDEST"], keys
+        ),
+    ]
 
 
 def _workers_section(view: dict[str, Any]) -> list[Any]:

@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -71,7 +72,8 @@ def _serve(settings: Settings, metrics_port: int) -> None:
 
     breakers = CircuitBreaker(fail_fast_client(redis_url(settings)), Keys(settings.key_prefix))
     try:
-        serve(metrics_port, settings.metrics_address, breakers, queue_depths(settings))
+        depths, lanes = queue_depths(settings), lane_views(settings)
+        serve(metrics_port, settings.metrics_address, breakers, depths, lanes)
     except OSError as exc:
         from toolexec.errors import ConfigurationError
 
@@ -92,7 +94,7 @@ def queue_depths(settings: Settings) -> Callable[[], dict[str, int | None]]:
     from toolexec import catalog
     from toolexec.connection import fail_fast_client, redis_url
     from toolexec.keys import Keys
-    from toolexec.ops.status import amqp_depths, queue_names, redis_depths
+    from toolexec.ops.status import amqp_depths, queue_names, redis_depths, redis_lanes
 
     url = redis_url(settings)
     client = fail_fast_client(url)
@@ -105,6 +107,32 @@ def queue_depths(settings: Settings) -> Callable[[], dict[str, int | None]]:
         names = queue_names(catalog.read(client, keys), settings.default_queue)
         if on_rabbitmq:
             return amqp_depths(broker, names)
-        return dict(redis_depths(queues, names))
+        depths: dict[str, int | None] = dict(redis_depths(queues, names))
+        for name, view in redis_lanes(queues, names, settings.key_prefix, time.time()).items():
+            depths[name] = (depths[name] or 0) + view.in_lanes  # sorted into lanes: waiting too
+        return depths
+
+    return read
+
+
+def lane_views(settings: Settings) -> Callable[[], dict[str, Any]]:
+    """What the lane metrics read on each scrape: each queue's lanes on a Redis broker."""
+    from toolexec import catalog
+    from toolexec.connection import fail_fast_client, redis_url
+    from toolexec.keys import Keys
+    from toolexec.ops.status import queue_names, redis_lanes
+
+    url = redis_url(settings)
+    client = fail_fast_client(url)
+    keys = Keys(settings.key_prefix)
+    broker = settings.broker_url or url
+    if broker.startswith(("amqp://", "amqps://", "pyamqp://")):
+        return dict  # RabbitMQ's own priorities: no lanes to read
+    queues = client if broker == url else fail_fast_client(broker)
+
+    def read() -> dict[str, Any]:
+        names = queue_names(catalog.read(client, keys), settings.default_queue)
+        views = redis_lanes(queues, names, settings.key_prefix, time.time())
+        return {name: view for name, view in views.items() if view.in_lanes}
 
     return read

@@ -1,0 +1,90 @@
+"""``toolexec fairness``: fairness keys' weights and ``max_in_flight``, fleet-wide.
+
+Attach with ``cli.add_command(fairness)``. Settings live on the Redis broker,
+beside the lanes whose script reads them (:mod:`toolexec.fairness_store`); the
+next call taken uses them. On RabbitMQ there are no lanes (docs/guides/fairness.md).
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from toolexec.errors import UsageError
+from toolexec.fairness_store import FairnessStore
+from toolexec.ops.cli_support import reported
+
+__all__ = ["fairness"]
+
+
+def _store() -> FairnessStore:
+    from toolexec.connection import redis_client, redis_url
+    from toolexec.fairness import is_amqp
+    from toolexec.keys import BrokerKeys
+    from toolexec.settings import Settings
+
+    settings = Settings.from_env()
+    broker = settings.broker_url or redis_url(settings)
+    if is_amqp(broker):
+        raise click.ClickException(
+            "the broker is RabbitMQ: calls are ordered by priority there, and fairness keys "
+            "have no weights (docs/guides/fairness.md)"
+        )
+    return FairnessStore(redis_client(broker, socket_timeout=5.0), BrokerKeys(settings.key_prefix))
+
+
+@click.group()
+def fairness() -> None:
+    """Weights and in-flight caps of fairness keys (a call's fairness_key=)."""
+
+
+@fairness.command("set")
+@click.argument("key")
+@click.argument("weight", required=False)
+@click.option(
+    "--max-in-flight", type=int, default=None, help="Most calls of KEY running at once, fleet-wide."
+)
+def set_(key: str, weight: str | None, max_in_flight: int | None) -> None:
+    """Give KEY a WEIGHT (its share against weight-1 keys; default 1) and/or a cap."""
+    if weight is None and max_in_flight is None:
+        raise click.UsageError("give a WEIGHT, --max-in-flight, or both")
+    with reported():
+        try:
+            _store().set(key, None if weight is None else float(weight), max_in_flight)
+        except (UsageError, ValueError) as exc:
+            raise click.BadParameter(str(exc)) from exc
+    click.echo(f"{key}: " + ", ".join(_said(weight, max_in_flight)))
+
+
+def _said(weight: str | None, cap: int | None) -> list[str]:
+    return [
+        *([] if weight is None else [f"weight {float(weight):g}"]),
+        *([] if cap is None else [f"at most {cap} in flight"]),
+    ]
+
+
+@fairness.command("clear")
+@click.argument("key")
+def clear(key: str) -> None:
+    """Back to weight 1 and no cap."""
+    with reported():
+        _store().clear(key)
+    click.echo(f"{key}: weight 1, no cap")
+
+
+@fairness.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def show(as_json: bool) -> None:
+    """Every key with a weight or a cap; the others have weight 1 and no cap."""
+    with reported():
+        config = _store().config()
+    if as_json:
+        click.echo(json.dumps(config, indent=2))
+        return
+    if not config:
+        click.echo("no fairness key has a setting: every key has weight 1 and no cap")
+    for key, values in config.items():
+        weight = values.get("weight", 1.0)
+        cap = values.get("max_in_flight")
+        click.echo(f"{key}\tweight {weight:g}\t" + ("no cap" if cap is None else f"max {cap}"))

@@ -1,0 +1,114 @@
+"""Priorities on RabbitMQ: queues declared with x-max-priority (``rabbitmq_priorities``).
+
+RabbitMQ has no lanes: it orders a priority queue by message priority, which the
+client always sets there. One worker of 8 slots; a priority-1 call sent behind
+a backlog of priority-5 calls (800 sent, at least 400 waiting) must finish within
+1 s, as on Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kombu import Connection, Queue
+
+from toolexec.client import ToolClient
+from toolexec.connection import redact_url
+from toolexec.results import ToolResult
+from toolexec.settings import Settings
+from toolexec.testing import WorkerProcess
+
+pytestmark = pytest.mark.integration
+
+RABBITMQ_URL = os.environ.get("TOOLEXEC_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+
+def _unreachable(url: str) -> str | None:
+    try:
+        with Connection(url, connect_timeout=2) as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+_why = _unreachable(RABBITMQ_URL)
+if _why is not None:
+    pytest.skip(
+        f"no RabbitMQ reachable at {redact_url(RABBITMQ_URL)} ({_why}); start one or set "
+        "TOOLEXEC_TEST_RABBITMQ_URL to run the RabbitMQ cases",
+        allow_module_level=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def prio_client(
+    settings: Settings, worker_env: dict[str, str], tmp_path_factory: Any
+) -> Iterator[ToolClient]:
+    run = uuid.uuid4().hex[:8]
+    queue = f"toolexec-prio-{run}"
+    own = settings.model_copy(
+        update={
+            "broker_url": RABBITMQ_URL,
+            "key_prefix": f"{settings.key_prefix}-prio",
+            "rabbitmq_priorities": True,
+        }
+    )
+    here = str(Path(__file__).parent)
+    env = {
+        **worker_env,
+        "PYTHONPATH": os.pathsep.join([here, worker_env["PYTHONPATH"]]),
+        "TOOLEXEC_BROKER_URL": RABBITMQ_URL,
+        "TOOLEXEC_KEY_PREFIX": own.key_prefix,
+        "TOOLEXEC_RABBITMQ_PRIORITIES": "true",
+        "FAIRNESS_QUEUE": queue,
+    }
+    log = tmp_path_factory.mktemp("prio") / "worker.log"
+    worker = WorkerProcess("fairness_tools", env, queues=queue, concurrency=8, log_path=log)
+    worker.start(own.redis_url or "", own.key_prefix)
+    try:
+        with ToolClient(own) as client:
+            yield client
+    finally:
+        worker.stop()
+        with Connection(RABBITMQ_URL) as conn:
+            Queue(queue).bind(conn.default_channel).delete()
+
+
+def test_an_urgent_call_jumps_a_batch_backlog_on_rabbitmq(prio_client: ToolClient) -> None:
+    bulk: list[ToolResult] = []
+    # 200 ms each: publishing with confirms is slower than 8 slots take 50 ms calls here
+    calls = [("nap", {"ms": 200, "tag": f"bulk{i}"}) for i in range(800)]
+    sender = threading.Thread(
+        target=lambda: bulk.extend(prio_client.call_many(calls, priority=5, timeout=120))
+    )
+    sender.start()
+    time.sleep(0.1)  # let the batch start going out
+    while len(bulk) == 0 and sender.is_alive():  # until most of the batch is queued
+        if _ready(prio_client) >= 400:
+            break
+        time.sleep(0.05)
+
+    start = time.monotonic()
+    urgent = prio_client.call("nap", {"ms": 50, "tag": "urgent"}, priority=1, timeout=30)
+    took = time.monotonic() - start
+
+    assert urgent.status == "ok"
+    assert took < 1.0, f"the priority-1 call took {took:.2f} s behind the backlog"
+    assert _ready(prio_client) > 100, "the backlog had drained: the test proved nothing"
+    sender.join(timeout=120)
+    assert [r.status for r in bulk] == ["ok"] * 800
+
+
+def _ready(client: ToolClient) -> int:
+    queue = client.catalog()["nap"]["policy"]["queue"]
+    with Connection(RABBITMQ_URL) as conn, conn.channel() as channel:
+        _, count, _ = channel.queue_declare(queue=queue, passive=True)
+    return int(count)
