@@ -98,6 +98,29 @@ class Keys:
         """
         return f"{self.prefix}:reply:{reply_to}"
 
+    def caller(self, call_id: str) -> str:
+        """What the caller of a call can answer (JSON), set by the MCP front before it publishes.
+
+        A tool that asks its caller (``toolexec.caller``) reads it first: no key, no one
+        to ask, and the tool gets a typed refusal at once instead of waiting out its
+        deadline. TTL: the call's deadline plus :data:`REPLY_TTL_S`.
+        """
+        return f"{self.prefix}:caller:{call_id}"
+
+    def asks(self, call_id: str) -> str:
+        """List a running tool pushes its questions and log lines onto; the front pops them.
+
+        TTL: the call's deadline plus :data:`REPLY_TTL_S`, refreshed by every push.
+        """
+        return f"{self.prefix}:asks:{call_id}"
+
+    def answer(self, call_id: str, ask: int) -> str:
+        """List the front pushes the caller's answer to one question onto; the tool pops it.
+
+        TTL: the call's deadline plus :data:`REPLY_TTL_S` (an answer no one pops expires).
+        """
+        return f"{self.prefix}:answer:{call_id}:{ask}"
+
     def breaker(self, name: str) -> str:
         """Hash: one circuit breaker's whole state (state, window, open-until, ...).
 

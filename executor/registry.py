@@ -51,6 +51,9 @@ class ToolSpec:
     check: Callable[..., Any] | None = None
     #: JSON Schema of what the tool returns; None: read from ``func``'s return annotation.
     returns: dict[str, Any] | None = None
+    #: Set when the function serves an MCP resource or template (``toolexec.resources``):
+    #: its URI (template), name, description and MIME type, published with the catalog.
+    resource: dict[str, Any] | None = None
 
     @property
     def is_async(self) -> bool:
@@ -76,6 +79,8 @@ class ToolSpec:
             "parameters": self.json_schema(),
             "policy": policy,
         }
+        if self.resource is not None:
+            entry["resource"] = dict(self.resource)
         returns = self.returns if self.returns is not None else _returns_schema(self.func)
         if returns is not None:  # MCP clients are told the shape (toolexec.mcp)
             entry["returns"] = returns

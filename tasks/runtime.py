@@ -37,6 +37,7 @@ from toolexec.app import settings_of
 from toolexec.batch import Batch
 from toolexec.breaker import CircuitBreaker
 from toolexec.breaker.layer import BreakerLayer
+from toolexec.caller import CallerLayer
 from toolexec.clock import Clock
 from toolexec.connection import fail_fast_client, fleet_clock, redis_url, through_blips
 from toolexec.context import CallContext
@@ -406,6 +407,7 @@ def build_executor(runtime: WorkerRuntime, registry: Registry) -> Executor:
                 static=faults,
                 clock=clock,
             ),
+            CallerLayer(client, keys, clock),  # innermost: the body's line to its caller
         ],
         resolve_arguments=payloads.resolve,
     )

@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from toolexec.clock import Clock, SystemClock
 from toolexec.errors import ConfigurationError
+from toolexec.mcp.events import MemoryEventStore
 from toolexec.mcp.server import McpFront
 from toolexec.mcp.session_limits import SessionGate, SessionTable
 from toolexec.settings import Settings
@@ -44,6 +45,9 @@ __all__ = [
 ]
 
 MCP_PATH = "/mcp"
+
+#: Milliseconds a client waits before reconnecting a dropped SSE stream (SSE ``retry:``).
+SSE_RETRY_MS = 1000
 
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
@@ -132,6 +136,10 @@ def http_app(
         streamable_http_path=MCP_PATH,
         transport_security=_security(host, port, settings),
         max_request_body_size=settings.mcp_max_request_bytes,
+        # SSE events carry ids and a retry interval: a client that lost its stream
+        # reconnects with Last-Event-ID and gets what it missed (toolexec.mcp.events)
+        event_store=MemoryEventStore(),
+        retry_interval=SSE_RETRY_MS,
         session_idle_timeout=2 * settings.mcp_session_idle_s,
         max_sessions=settings.mcp_max_sessions,
         host=host,
