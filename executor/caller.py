@@ -40,6 +40,7 @@ __all__ = [
     "CallerLayer",
     "elicit",
     "log",
+    "push_ask",
     "sample",
 ]
 
@@ -89,12 +90,7 @@ class _Line:
         return found if isinstance(found, dict) else None
 
     def push(self, event: Mapping[str, Any]) -> None:
-        key = self.keys.asks(self.call_id)
-        ttl = max(1, int(self.deadline - self.clock.now()) + REPLY_TTL_S)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.rpush(key, json.dumps(event))
-        pipe.expire(key, ttl)
-        pipe.execute()
+        _push(self.client, self.keys, self.clock, self.call_id, self.deadline, event)
 
     def ask(self, kind: str, params: Mapping[str, Any]) -> Answer:
         self.asked[0] += 1
@@ -107,6 +103,44 @@ class _Line:
             if popped is not None:
                 return Answer.model_validate_json(popped[1])
         return Answer(action="timeout", reason="no answer came before the call's deadline")
+
+
+def _push(
+    client: redis.Redis,
+    keys: Keys,
+    clock: Clock,
+    call_id: str,
+    deadline: float,
+    event: Mapping[str, Any],
+) -> None:
+    key = keys.asks(call_id)
+    ttl = max(1, int(deadline - clock.now()) + REPLY_TTL_S)
+    pipe = client.pipeline(transaction=False)
+    pipe.rpush(key, json.dumps(event))
+    pipe.expire(key, ttl)
+    pipe.execute()
+
+
+def push_ask(
+    client: redis.Redis,
+    keys: Keys,
+    clock: Clock,
+    call_id: str,
+    deadline: float,
+    kind: str,
+    params: Mapping[str, Any],
+) -> bool:
+    """Put a question no one waits on here to the call's caller (an approval); False: no one to ask.
+
+    The answer does not come back on the call's answer list: the front acts on it
+    (``toolexec.approvals`` records a decision).
+    """
+    line = _Line(client, keys, call_id, deadline, clock)
+    can = line.can()
+    if not can or not can.get("elicitation"):
+        return False
+    line.push({"kind": kind, "params": dict(params)})
+    return True
 
 
 _LINE: contextvars.ContextVar[_Line | None] = contextvars.ContextVar(

@@ -98,6 +98,23 @@ class Keys:
         """
         return f"{self.prefix}:reply:{reply_to}"
 
+    def approvals(self) -> str:
+        """Hash of the calls waiting for a person's approval: call id -> what to show (JSON).
+
+        No TTL: an entry goes when the call is decided or stops waiting, and
+        ``toolexec approvals list`` drops entries past their ``expires_at`` (a call
+        whose worker and queue both vanished).
+        """
+        return f"{self.prefix}:approvals"
+
+    def approval(self, call_id: str) -> str:
+        """A call's approval decision (JSON): the first decision written wins (SET NX).
+
+        TTL: :data:`APPROVAL_DECISION_TTL_S`, past any call's deadline, so a parked
+        call that comes back late still finds it.
+        """
+        return f"{self.prefix}:approval:{call_id}"
+
     def caller(self, call_id: str) -> str:
         """What the caller of a call can answer (JSON), set by the MCP front before it publishes.
 
@@ -458,6 +475,9 @@ WORKER_FORGET_S = 3_600
 
 #: A reply nobody collects within this long after its deadline is garbage.
 REPLY_TTL_S = 300
+
+#: Seconds an approval decision is kept: a day, beyond any call's deadline.
+APPROVAL_DECISION_TTL_S = 86_400
 
 #: A breaker nobody used for a day has a stale window: forget it. Bounds the
 #: keys of per-host breakers (``http_request@<host>``) for hosts seen once.

@@ -302,6 +302,29 @@ class RateLimitPolicy:
 
 
 @dataclass(frozen=True)
+class ApprovalPolicy:
+    """A person approves each call before its first attempt (``@tool(approval=...)``).
+
+    ``timeout_s`` bounds the wait for a decision (never past the call's deadline);
+    the call is parked in the queue meanwhile and looks again every ``poll_s``.
+    ``prompt`` is what the approver reads (default: the tool and its arguments).
+    """
+
+    timeout_s: float = 300.0
+    poll_s: float = 1.0
+    prompt: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "poll_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigurationError(f"ApprovalPolicy.{name} must be positive, not {value!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"timeout_s": self.timeout_s, "poll_s": self.poll_s, "prompt": self.prompt}
+
+
+@dataclass(frozen=True)
 class ToolPolicy:
     """How the executor runs one tool; docs/guides/tools.md says what each field does."""
 
@@ -320,6 +343,7 @@ class ToolPolicy:
     fallbacks: tuple[FallbackStep, ...] = ()  # toolexec.fallback.steps; checked by check_chain
     retry_budget: RetryBudgetPolicy = field(default_factory=RetryBudgetPolicy)
     rate_limit: RateLimitPolicy | None = None  # None: unlimited
+    approval: ApprovalPolicy | None = None  # None: runs without asking (toolexec.approvals)
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:
@@ -357,6 +381,7 @@ class ToolPolicy:
             "fallbacks": [step.describe() for step in self.fallbacks],
             "retry_budget": self.retry_budget.to_json(),
             "rate_limit": None if self.rate_limit is None else self.rate_limit.to_json(),
+            "approval": None if self.approval is None else self.approval.to_json(),
         }
 
 

@@ -21,6 +21,7 @@ import pydantic
 from toolexec.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
 from toolexec.fallback.steps import FallbackStep, check_chain
 from toolexec.policies import (
+    ApprovalPolicy,
     BreakerPolicy,
     Jitter,
     RateLimitPolicy,
@@ -281,6 +282,7 @@ def tool(
     fallbacks: Sequence[FallbackStep] | None = ...,
     retry_budget: RetryBudgetPolicy | None = ...,
     rate_limit: RateLimitPolicy | None = ...,
+    approval: ApprovalPolicy | bool | None = ...,
     registry: Registry | None = ...,
 ) -> Callable[[F], F]: ...
 
@@ -310,6 +312,7 @@ def tool(
     fallbacks: Sequence[FallbackStep] | None = None,
     retry_budget: RetryBudgetPolicy | None = None,
     rate_limit: RateLimitPolicy | None = None,
+    approval: ApprovalPolicy | bool | None = None,
     registry: Registry | None = None,
 ) -> F | Callable[[F], F]:
     """Register a typed function (sync or ``async def``) as a tool.
@@ -337,6 +340,8 @@ def tool(
     ``retry_budget`` caps the retries of all callers together (a 10% ratio by
     default; ``toolexec.retry_budget``); ``rate_limit`` holds the whole fleet to a
     number of calls per second (``toolexec.ratelimit``; none by default).
+    ``approval`` (True, or an :class:`ApprovalPolicy`) makes each call wait for a
+    person's approval before its first attempt (``toolexec.approvals``).
     """
 
     def register(fn: F) -> F:
@@ -367,6 +372,7 @@ def tool(
             fallbacks=_checked_fallbacks(tool_name, fallbacks, side_effects),
             retry_budget=retry_budget or RetryBudgetPolicy(),
             rate_limit=rate_limit,
+            approval=ApprovalPolicy() if approval is True else (approval or None),
         )
         spec = ToolSpec(
             name=tool_name,

@@ -34,6 +34,7 @@ import redis
 from celery import Celery
 
 from toolexec.app import settings_of
+from toolexec.approvals import ApprovalLayer, ApprovalStore, ask_caller
 from toolexec.batch import Batch
 from toolexec.breaker import CircuitBreaker
 from toolexec.breaker.layer import BreakerLayer
@@ -395,6 +396,8 @@ def build_executor(runtime: WorkerRuntime, registry: Registry) -> Executor:
             IdempotencyLayer(
                 runtime.idempotency, default_queue=settings.default_queue, clock=clock
             ),
+            # a call waiting for a person holds no rate-limit slot, breaker permit or budget
+            ApprovalLayer(ApprovalStore(client, keys), clock, ask_caller(client, keys, clock)),
             RateLimitLayer(RateLimiter(client, keys), limits, clock=clock),
             BreakerLayer(breakers),
             RetryBudgetLayer(RetryBudget(client, keys)),

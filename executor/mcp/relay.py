@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import anyio
@@ -25,12 +25,38 @@ import redis.asyncio
 from toolexec.caller import LOG_LEVELS, Answer
 from toolexec.keys import REPLY_TTL_S, Keys
 
-__all__ = ["Relay", "can_answer", "level_allows"]
+__all__ = ["APPROVAL_SCHEMA", "Relay", "approval_decision", "can_answer", "level_allows"]
 
 log = logging.getLogger("toolexec.mcp")
 
 #: Seconds one blocking read of a call's asks lasts; the relay ends with the call anyway.
 _BLOCK_S = 1.0
+
+
+#: What an approval question asks for: yes or no, and why (optional).
+APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "approve": {"type": "boolean", "title": "Approve", "description": "Run the call?"},
+        "reason": {"type": "string", "title": "Reason", "description": "Why (optional)"},
+    },
+    "required": ["approve"],
+}
+
+#: Records a call's approval decision: (call id, "approved" or "denied", reason).
+Decide = Callable[[str, str, str | None], Awaitable[None]]
+
+
+def approval_decision(action: str, content: Mapping[str, Any] | None) -> str | None:
+    """The decision an answer to an approval question means; None: no decision (cancelled).
+
+    Only an accepted form with ``approve`` true approves; a declined question denies.
+    """
+    if action == "decline":
+        return "denied"
+    if action != "accept":
+        return None
+    return "approved" if (content or {}).get("approve") is True else "denied"
 
 
 def can_answer(capabilities: types.ClientCapabilities | None) -> dict[str, bool] | None:
@@ -67,7 +93,9 @@ class Relay:
         session: Any,
         request_id: types.RequestId | None,
         level: str | None,
+        decide: Decide | None = None,
     ) -> None:
+        self.decide = decide
         self.replies, self.keys, self.call_id = replies, keys, call_id
         self.ttl = max(1, int(deadline_in) + REPLY_TTL_S)
         self.session, self.request_id, self.level = session, request_id, level
@@ -96,6 +124,9 @@ class Relay:
         if kind == "log":
             await self._log(params)
             return
+        if kind == "approve":
+            await self._approve(params)
+            return
         number = event.get("ask")
         if not isinstance(number, int) or kind not in ("elicit", "sample"):
             return
@@ -104,6 +135,27 @@ class Relay:
         except Exception as exc:  # the client refused or failed: the tool reads why
             answer = Answer(action="cancel", reason=f"the caller could not answer: {exc}")
         await self._answer(number, answer)
+
+    async def _approve(self, params: Mapping[str, Any]) -> None:
+        """Ask the client's user to approve the call; record the answer (toolexec.approvals).
+
+        A cancelled or failed question records nothing: an operator may still decide.
+        """
+        if self.decide is None:
+            return
+        try:
+            result: types.ElicitResult = await self.session.elicit_form(
+                str(params.get("prompt") or "Approve this tool call?"),
+                APPROVAL_SCHEMA,
+                related_request_id=self.request_id,
+            )
+        except Exception as exc:
+            log.info("could not ask for approval of call %s: %s", self.call_id, exc)
+            return
+        decision = approval_decision(result.action, result.content)
+        if decision is not None:
+            reason = (result.content or {}).get("reason")
+            await self.decide(self.call_id, decision, reason if isinstance(reason, str) else None)
 
     async def _log(self, params: Mapping[str, Any]) -> None:
         level = params.get("level")

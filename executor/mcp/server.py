@@ -33,6 +33,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 
+from toolexec.approvals import ApprovalStore, Decision
 from toolexec.client import ToolClient
 from toolexec.client.prepare import PreparedCall
 from toolexec.client.publish import publish
@@ -160,6 +161,12 @@ class McpFront:
         self._runs.pop(session_id, None)
         self._levels.pop(session_id, None)
         self._subscriptions.pop(session_id, None)
+
+    async def decide(self, call_id: str, decision: str, reason: str | None) -> None:
+        """Record the client's answer to an approval question (``toolexec.approvals``)."""
+        store = ApprovalStore(self.client.redis, self.client.keys)
+        verdict: Decision = "approved" if decision == "approved" else "denied"
+        await asyncio.to_thread(store.decide, call_id, verdict, "mcp-client", reason)
 
     def level_of(self, ctx: Context) -> str | None:
         """The log level the client's session set (``logging/setLevel``), if it did."""
@@ -422,6 +429,7 @@ class _Call:
             self.ctx.session,
             self.ctx.request_id,
             front.level_of(self.ctx),
+            front.decide,
         )
         await relay.run()
 
