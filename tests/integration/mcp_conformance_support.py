@@ -110,10 +110,15 @@ class Outcome:
 
 
 def read_results(out: Path, kind: str) -> dict[str, Outcome]:
-    """The outcome of each scenario run into ``out`` (``<kind>-<scenario>-<time>/checks.json``)."""
+    """The outcome of each scenario run into ``out`` (``<kind>-<scenario>-<time>/checks.json``).
+
+    Client scenarios have no kind prefix (``kind=""``), and ``auth/`` ones a folder.
+    """
     found: dict[str, Outcome] = {}
-    for checks in sorted(out.glob(f"{kind}-*/checks.json")):
-        name = _STAMP.sub("", checks.parent.name[len(kind) + 1 :])
+    pattern = f"{kind}-*/checks.json" if kind else "**/checks.json"
+    for checks in sorted(out.glob(pattern)):
+        folder = checks.parent.relative_to(out).as_posix()
+        name = _STAMP.sub("", folder[len(kind) + 1 :] if kind else folder)
         entries = json.loads(checks.read_text())
         failures = tuple(
             f"{e['id']}: {e.get('errorMessage', '')}" for e in entries if e["status"] == "FAILURE"

@@ -1,0 +1,13 @@
+// Preloaded into the conformance suite's node (NODE_OPTIONS=--require): every server it
+// starts listens on 127.0.0.1, never on all interfaces (its own default, listen(0)).
+const net = require("net");
+const listen = net.Server.prototype.listen;
+net.Server.prototype.listen = function (...args) {
+  if (typeof args[0] === "number" || typeof args[0] === "string" && /^\d+$/.test(args[0])) {
+    if (typeof args[1] !== "string") args.splice(1, 0, "127.0.0.1");
+    else args[1] = "127.0.0.1";
+  } else if (args[0] && typeof args[0] === "object" && args[0].path === undefined) {
+    args[0] = { ...args[0], host: "127.0.0.1" };
+  }
+  return listen.apply(this, args);
+};
