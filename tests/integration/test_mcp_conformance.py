@@ -208,4 +208,4 @@ def test_the_client_scenarios_pass(tmp_path: Path) -> None:
     print("\n" + table(outcomes, command))
     assert set(outcomes) == set(CLIENT_SCENARIOS), sorted(outcomes)
     passed = {name for name, o in outcomes.items() if o.passed}
-    assert EXPECTED_CLIENT_PASS <= passed, table(outcomes, command)
+    assert passed >= EXPECTED_CLIENT_PASS, table(outcomes, command)
