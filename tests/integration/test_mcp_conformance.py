@@ -94,6 +94,7 @@ def conformance_url(
         worker.stop()
 
 
+@pytest.mark.timeout(900)  # 32 scenarios, some waiting on tools for seconds
 def test_the_server_scenarios_pass(conformance_url: str, tmp_path: Path) -> None:
     try:
         suite = install()
@@ -181,6 +182,7 @@ CLIENT_SCENARIOS = [
 ]
 
 
+@pytest.mark.timeout(2400)  # 26 scenarios one by one, a failing one up to the suite's 90 s
 def test_the_client_scenarios_pass(tmp_path: Path) -> None:
     """One scenario at a time: the suite's parallel run starts 26 Python clients at once,
     which a loaded 2-core machine does not start within the suite's 30 s."""
