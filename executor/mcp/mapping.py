@@ -24,6 +24,7 @@ from toolexec.results import ErrorInfo, ToolResult
 
 __all__ = [
     "JSON_SCHEMA_2020_12",
+    "PAYLOAD_TEMPLATE",
     "READ_PAYLOAD",
     "RESOURCE_NOT_FOUND",
     "RESULT_META",
@@ -37,6 +38,8 @@ __all__ = [
     "checked_run_id",
     "model_body",
     "output_schema",
+    "payload_page_of",
+    "payload_template",
     "read_payload_arguments",
     "read_payload_tool",
     "read_resource_result",
@@ -458,3 +461,43 @@ def read_resource_result(uri: str, mime_type: str, data: Any) -> types.ReadResou
     return types.ReadResourceResult(
         contents=[types.TextResourceContents(uri=uri, mime_type=mime_type, text=text)]
     )
+
+
+#: Stored payloads (offloaded results) as resources: one page of a payload per read.
+PAYLOAD_TEMPLATE = "toolexec://payload/{key}"
+_PAYLOAD_PREFIX = "toolexec://payload/"
+
+
+def payload_template() -> types.ResourceTemplate:
+    return types.ResourceTemplate(
+        uri_template=PAYLOAD_TEMPLATE + "{?offset,limit}",
+        name="payload",
+        description=(
+            "A page of a large tool result that was stored instead of shown: the payload "
+            "key from the result's preview; offset and limit count lines (text), items "
+            "(arrays) or keys (objects). The same as the read_payload tool."
+        ),
+        mime_type="application/json",
+    )
+
+
+def payload_page_of(uri: str) -> tuple[str, int, int] | str | None:
+    """The payload key, offset and limit a payload URI asks for; why not; None: not one.
+
+    ``toolexec://payload/KEY?offset=0&limit=100``; the numbers come from a client, so
+    they are checked as ``read_payload``'s are.
+    """
+    if not uri.startswith(_PAYLOAD_PREFIX):
+        return None
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    parts = urlsplit(uri)
+    key = unquote(parts.path.lstrip("/")) if parts.netloc == "payload" else ""
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    arguments: dict[str, Any] = {"key": key}
+    for name in ("offset", "limit"):
+        if name in query:
+            if not query[name].isdigit() or len(query[name]) > 9:
+                return f"{name} must be a whole number"
+            arguments[name] = int(query[name])
+    return read_payload_arguments(arguments)

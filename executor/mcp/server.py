@@ -49,6 +49,8 @@ from toolexec.mcp.mapping import (
     cancelled_result,
     catalog_fingerprint,
     checked_run_id,
+    payload_page_of,
+    payload_template,
     read_payload_arguments,
     read_payload_tool,
     read_resource_result,
@@ -293,7 +295,7 @@ class McpFront:
         entries = await self._resource_entries()
         found = [t for t in (to_template(e) for e in entries.values()) if t is not None]
         return types.ListResourceTemplatesResult(
-            resource_templates=sorted(found, key=lambda t: t.uri_template)
+            resource_templates=[*sorted(found, key=lambda t: t.uri_template), payload_template()]
         )
 
     async def _read_resource(
@@ -301,6 +303,9 @@ class McpFront:
     ) -> types.ReadResourceResult:
         """A resource read is a call of its reader on the workers, under the same defences."""
         uri = str(params.uri)
+        page_of = payload_page_of(uri)
+        if page_of is not None:
+            return await self._read_payload_resource(uri, page_of)
         target = resource_target(await self._resource_entries(), uri)
         if target is None:
             raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}")
@@ -324,6 +329,22 @@ class McpFront:
             message = result.error.message if result.error else result.status
             raise MCPError(types.INTERNAL_ERROR, f"could not read {uri}: {message}")
         return read_resource_result(uri, mime_type, result.data)
+
+    async def _read_payload_resource(
+        self, uri: str, page_of: tuple[str, int, int] | str
+    ) -> types.ReadResourceResult:
+        """A page of a stored payload, as ``read_payload`` answers it (JSON)."""
+        if isinstance(page_of, str):
+            raise MCPError(types.INVALID_PARAMS, page_of)
+        key, offset, limit = page_of
+        try:
+            page = await asyncio.to_thread(self.client.read_payload, key, offset, limit)
+        except (PayloadUnavailableError, UsageError) as exc:
+            raise MCPError(RESOURCE_NOT_FOUND, str(exc)) from exc
+        text = json.dumps(page.to_json(), ensure_ascii=False, default=str)
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type="application/json", text=text)]
+        )
 
     async def _subscribe(
         self, ctx: Context, params: types.SubscribeRequestParams

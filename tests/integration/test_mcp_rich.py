@@ -83,7 +83,10 @@ def test_resources_are_listed_and_read_through_the_workers(url: str) -> None:
     listed, templates, text, binary, templated = _run(url, body)
     uris = {r.uri for r in listed.resources}
     assert {"test://static-text", "test://static-binary", "test://watched-resource"} <= uris
-    assert [t.uri_template for t in templates.resource_templates] == ["test://template/{id}/data"]
+    assert [t.uri_template for t in templates.resource_templates] == [
+        "test://template/{id}/data",
+        "toolexec://payload/{key}{?offset,limit}",  # stored payloads, always served
+    ]
     assert text.contents[0].text == "This is the content of the static text resource."
     assert base64.b64decode(binary.contents[0].blob).startswith(PNG_MAGIC)
     assert json.loads(templated.contents[0].text)["id"] == "42"

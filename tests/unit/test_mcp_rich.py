@@ -14,6 +14,7 @@ from pydantic_core import to_jsonable_python
 from toolexec.content import Audio, Content, Image, Resource, Text, anthropic_content, blocks_of
 from toolexec.mcp.events import MemoryEventStore
 from toolexec.mcp.mapping import (
+    payload_page_of,
     read_resource_result,
     render_blocks,
     resource_target,
@@ -146,3 +147,12 @@ def test_an_unknown_last_event_id_replays_nothing(bad: str) -> None:
         raise AssertionError("nothing to replay")
 
     assert asyncio.run(MemoryEventStore().replay_events_after(bad, send)) is None
+
+
+def test_a_payload_uri_names_a_key_and_a_checked_page() -> None:
+    assert payload_page_of("test://static-text") is None
+    assert payload_page_of("toolexec://payload/abc") == ("abc", 0, 100)
+    assert payload_page_of("toolexec://payload/abc?offset=10&limit=3") == ("abc", 10, 3)
+    assert isinstance(payload_page_of("toolexec://payload/abc?limit=5000"), str)
+    assert isinstance(payload_page_of("toolexec://payload/abc?offset=-1"), str)
+    assert isinstance(payload_page_of("toolexec://payload/"), str)
