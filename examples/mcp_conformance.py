@@ -27,7 +27,7 @@ from toolexec import tool
 from toolexec.caller import elicit, log, sample
 from toolexec.content import Audio, Content, Image, Resource, Text
 from toolexec.errors import ToolException
-from toolexec.resources import resource
+from toolexec.resources import notify_updated, resource
 
 
 def _png_1x1_red() -> bytes:
@@ -220,6 +220,12 @@ def test_elicitation_sep1330_enums() -> str:
         },
     )
     return f"Elicitation completed: action={answer.action}, content={json.dumps(answer.content)}"
+
+
+@tool
+def touch_watched_resource() -> int:
+    """Not a suite fixture: says test://watched-resource changed (resources/updated)."""
+    return notify_updated("test://watched-resource")
 
 
 class address(BaseModel):

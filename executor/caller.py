@@ -38,6 +38,7 @@ __all__ = [
     "LOG_LEVELS",
     "Answer",
     "CallerLayer",
+    "current_line",
     "elicit",
     "log",
     "push_ask",
@@ -155,6 +156,11 @@ def _on_line(line: _Line) -> Iterator[None]:
         yield
     finally:
         _LINE.reset(token)
+
+
+def current_line() -> _Line | None:
+    """The running call's line to its caller and Redis; None outside a tool body."""
+    return _LINE.get()
 
 
 class CallerLayer(Layer):

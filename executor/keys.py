@@ -115,6 +115,13 @@ class Keys:
         """
         return f"{self.prefix}:approval:{call_id}"
 
+    def resource_updates(self) -> str:
+        """Pub/sub channel of changed resource URIs (``toolexec.resources.notify_updated``).
+
+        No TTL: a channel holds nothing; fronts subscribed at the time hear it.
+        """
+        return f"{self.prefix}:resource-updates"
+
     def caller(self, call_id: str) -> str:
         """What the caller of a call can answer (JSON), set by the MCP front before it publishes.
 

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from toolexec.errors import ConfigurationError
 from toolexec.registry import Registry, ToolSpec, default_registry, tool
 
-__all__ = ["is_template", "match_uri", "resource", "template_names"]
+__all__ = ["is_template", "match_uri", "notify_updated", "resource", "template_names"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -92,3 +92,18 @@ def resource(
         return fn
 
     return register
+
+
+def notify_updated(uri: str) -> int:
+    """Tell the MCP clients subscribed to ``uri`` that it changed; call it from a tool body.
+
+    Published on a Redis channel every ``toolexec mcp`` front listens to; each sends
+    ``notifications/resources/updated`` to its sessions subscribed to the URI. Returns
+    how many fronts heard it (0 outside a tool body: nothing is sent).
+    """
+    from toolexec.caller import current_line
+
+    line = current_line()
+    if line is None:
+        return 0
+    return int(line.client.publish(line.keys.resource_updates(), uri))

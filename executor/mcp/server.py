@@ -194,6 +194,32 @@ class McpFront:
                 await self._notify_changed()
             self._fingerprint = fingerprint
 
+    async def watch_resources(self) -> None:
+        """Send ``resources/updated`` to the sessions subscribed to a URI a tool said changed."""
+        if self._replies is None:
+            self._replies = async_redis_client(self.client.waiter.url)
+        while True:
+            try:
+                async with self._replies.pubsub() as pubsub:
+                    await pubsub.subscribe(self.client.keys.resource_updates())
+                    async for message in pubsub.listen():
+                        if message.get("type") == "message":
+                            await self._resource_updated(_text_of(message.get("data")))
+            except redis.RedisError as exc:  # listen again once Redis is back
+                log.warning("resource updates unavailable: %s", exc)
+                await anyio.sleep(self.settings.mcp_catalog_poll_s)
+
+    async def _resource_updated(self, uri: str) -> None:
+        for key, uris in list(self._subscriptions.items()):
+            session = self._sessions.get(key)
+            if uri not in uris or session is None:
+                continue
+            try:
+                await session.send_resource_updated(uri)
+            except Exception as exc:  # a closed connection: its subscriptions go with it
+                log.debug("could not tell a session that %s changed: %s", uri, exc)
+                self._subscriptions.pop(key, None)
+
     async def _notify_changed(self) -> None:
         for key, session in list(self._sessions.items()):
             try:
@@ -349,6 +375,7 @@ class McpFront:
     async def _subscribe(
         self, ctx: Context, params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
+        self._run_of(ctx)  # remembers the session: updates are sent on it
         self._subscriptions.setdefault(_connection_key(ctx), set()).add(str(params.uri))
         return types.EmptyResult()
 
@@ -530,6 +557,10 @@ class _Call:
             return to_call_result(result)
         outcome = (await asyncio.to_thread(self.guard.end_round, plan, [result]))[0]
         return to_call_result(outcome.result, outcome.note)
+
+
+def _text_of(data: Any) -> str:
+    return data.decode() if isinstance(data, bytes) else str(data)
 
 
 def _connection_key(ctx: Context) -> str:

@@ -176,6 +176,7 @@ async def serve_http(front: McpFront, host: str, port: int) -> None:
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(front.watch_catalog)
+        tasks.start_soon(front.watch_resources)
         tasks.start_soon(gate.watch_idle)
         await server.serve()
         tasks.cancel_scope.cancel()
@@ -185,6 +186,7 @@ async def serve_stdio(front: McpFront) -> None:
     """Serve one client over stdin and stdout until it closes them."""
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(front.watch_catalog)
+        tasks.start_soon(front.watch_resources)
         async with stdio_server() as (read_stream, write_stream):
             await front.server.run(
                 read_stream, write_stream, front.server.create_initialization_options()

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import mcp_types as types
 import pytest
@@ -46,8 +47,6 @@ def url(
 
 
 def _run(url: str, body: Any, **options: Any) -> Any:
-    import anyio
-
     async def main() -> Any:
         async with Client(url, mode="legacy", **options) as client:
             return await body(client)
@@ -90,6 +89,28 @@ def test_resources_are_listed_and_read_through_the_workers(url: str) -> None:
     assert text.contents[0].text == "This is the content of the static text resource."
     assert base64.b64decode(binary.contents[0].blob).startswith(PNG_MAGIC)
     assert json.loads(templated.contents[0].text)["id"] == "42"
+
+
+def test_a_subscribed_session_hears_that_a_resource_changed(url: str) -> None:
+    """A tool on a worker says the resource changed; the front tells the subscribed session."""
+    heard: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            heard.append(message.params.uri)
+
+    async def body(client: Client) -> Any:
+        await client.subscribe_resource("test://watched-resource")
+        fronts = await client.call_tool("touch_watched_resource", {})
+        with anyio.fail_after(10):
+            while not heard:
+                await anyio.sleep(0.05)
+        await client.unsubscribe_resource("test://watched-resource")
+        return fronts
+
+    fronts = _run(url, body, message_handler=on_message)
+    assert fronts.structured_content["data"] >= 1
+    assert heard == ["test://watched-resource"]
 
 
 def test_an_unknown_resource_and_an_unknown_tool_are_protocol_errors(url: str) -> None:
