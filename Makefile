@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: demo test docs test-redis lint bench bench-perf chaos clean test-rabbitmq test-cluster \
-	test-e2e screenshot browser honcho dashboard-preview
+	test-e2e screenshot browser honcho dashboard-preview mcp-conformance
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ test: lint
 	$(BIN)/pytest tests/integration tests/e2e || status=1; \
 	$(BIN)/pytest tests/chaos || status=1; \
 	exit $$status
+
+# The official MCP conformance suite's server scenarios against `toolexec mcp --http`
+# (Node 22 and the suite come from npm into ~/.cache/toolexec-tests): the scenario table.
+mcp-conformance: $(STAMP)
+	$(BIN)/pytest tests/integration/test_mcp_conformance.py -s -q
 
 # The site from docs/ and the public modules' docstrings; --strict fails on a broken link,
 # a missing anchor or a page left out of the navigation.

@@ -5,8 +5,10 @@ name from anywhere with :class:`ToolClient`. Every call ends in one typed
 :class:`ToolResult`.
 """
 
+from toolexec.caller import Answer, elicit, log, sample
 from toolexec.client import CallHandle, ToolClient
 from toolexec.clock import Clock, ManualClock, SystemClock
+from toolexec.content import Audio, Content, Image, Resource, Text
 from toolexec.errors import (
     BrokerUnavailableError,
     ClientError,
@@ -34,6 +36,7 @@ from toolexec.errors import (
     UsageError,
 )
 from toolexec.policies import (
+    ApprovalPolicy,
     BreakerPolicy,
     Jitter,
     RateLimitPolicy,
@@ -43,20 +46,26 @@ from toolexec.policies import (
     ToolPolicy,
 )
 from toolexec.registry import Registry, ToolSpec, default_registry, tool
+from toolexec.resources import notify_updated, resource
 from toolexec.results import ErrorInfo, PayloadRef, Timings, ToolResult
 from toolexec.retry import RetryDecision
 from toolexec.settings import Settings
 
 __all__ = [
+    "Answer",
+    "ApprovalPolicy",
+    "Audio",
     "BreakerPolicy",
     "BrokerUnavailableError",
     "CallHandle",
     "ClientError",
     "Clock",
     "ConfigurationError",
+    "Content",
     "ErrorInfo",
     "ErrorType",
     "ForbiddenError",
+    "Image",
     "InfrastructureError",
     "InvalidArgumentsError",
     "Jitter",
@@ -73,12 +82,14 @@ __all__ = [
     "RateLimitedError",
     "RedisUnavailableError",
     "Registry",
+    "Resource",
     "RetryBudgetPolicy",
     "RetryDecision",
     "RetryPolicy",
     "RunBudget",
     "Settings",
     "SystemClock",
+    "Text",
     "Timings",
     "ToolClient",
     "ToolConnectionError",
@@ -93,5 +104,10 @@ __all__ = [
     "UnavailableError",
     "UsageError",
     "default_registry",
+    "elicit",
+    "log",
+    "notify_updated",
+    "resource",
+    "sample",
     "tool",
 ]

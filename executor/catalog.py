@@ -61,6 +61,8 @@ class CatalogEntry(TypedDict):
     policy: CatalogPolicy
     #: JSON Schema of the tool's return value, when its annotation says (toolexec.mcp).
     returns: NotRequired[dict[str, Any]]
+    #: The MCP resource (or template) the function serves (toolexec.resources).
+    resource: NotRequired[dict[str, Any]]
 
 
 Catalog = dict[str, CatalogEntry]
@@ -123,7 +125,9 @@ def to_definitions(
         raise ValueError(f"unknown format {fmt!r}; use one of {', '.join(_FORMATS)}")
     if strict and fmt == "anthropic":
         raise ValueError("strict applies to the OpenAI shapes; Anthropic's has no strict flag")
-    return [_definition(name, catalog[name], fmt, strict) for name in sorted(catalog)]
+    # a resource's reader is read by the MCP front, not called by a model (toolexec.resources)
+    names = sorted(name for name, entry in catalog.items() if "resource" not in entry)
+    return [_definition(name, catalog[name], fmt, strict) for name in names]
 
 
 def _definition(

@@ -111,6 +111,9 @@ class ErrorType(StrEnum):
     WORKER_LOST = "worker_lost"
     # A result past the tool's size limit (toolexec.payloads, http_request): not stored.
     RESULT_TOO_LARGE = "result_too_large"
+    # Human approval (toolexec.approvals): the call never ran; never retried, never falls back.
+    APPROVAL_DENIED = "approval_denied"
+    APPROVAL_TIMEOUT = "approval_timeout"
 
 
 #: Failures that the same call may not meet again: retried by default.
@@ -272,6 +275,23 @@ class CircuitOpenError(TransientError):
 
     error_type = ErrorType.CIRCUIT_OPEN
     #: Seconds the call may wait for the breaker's next probe (``toolexec.waits``); None: end.
+    wait_s: float | None = None
+
+
+class ApprovalDeniedError(ToolException):
+    """A person denied the call (``@tool(approval=...)``): the tool did not run."""
+
+    error_type = ErrorType.APPROVAL_DENIED
+
+
+class AwaitingApprovalError(ToolException):
+    """The call waits for a person's approval, parked in the queue (``toolexec.approvals``).
+
+    ``wait_s`` is how long it stays parked before it looks again; None when the
+    approval window is over, and the call ends with ``approval_timeout``.
+    """
+
+    error_type = ErrorType.APPROVAL_TIMEOUT
     wait_s: float | None = None
 
 

@@ -26,6 +26,7 @@ from toolexec.classify import classify_exception, classify_response
 from toolexec.clock import Clock, SystemClock
 from toolexec.context import CallContext
 from toolexec.errors import (
+    AwaitingApprovalError,
     CircuitOpenError,
     ErrorType,
     InvalidArgumentsError,
@@ -378,7 +379,7 @@ class Executor:
 
 
 #: Refusals of toolexec's own defences that a call may wait out (``toolexec.waits``).
-_WAITABLE = (CircuitOpenError, RetryBudgetExhaustedError)
+_WAITABLE = (CircuitOpenError, RetryBudgetExhaustedError, AwaitingApprovalError)
 
 
 def _throttled(failure: ThrottledError, ctx: CallContext, attempt: int, now: float) -> Verdict:

@@ -98,6 +98,53 @@ class Keys:
         """
         return f"{self.prefix}:reply:{reply_to}"
 
+    def approvals(self) -> str:
+        """Hash of the calls waiting for a person's approval: call id -> what to show (JSON).
+
+        No TTL: an entry goes when the call is decided or stops waiting, and
+        ``toolexec approvals list`` drops entries past their ``expires_at`` (a call
+        whose worker and queue both vanished).
+        """
+        return f"{self.prefix}:approvals"
+
+    def approval(self, call_id: str) -> str:
+        """A call's approval decision (JSON): the first decision written wins (SET NX).
+
+        TTL: :data:`APPROVAL_DECISION_TTL_S`, past any call's deadline, so a parked
+        call that comes back late still finds it.
+        """
+        return f"{self.prefix}:approval:{call_id}"
+
+    def resource_updates(self) -> str:
+        """Pub/sub channel of changed resource URIs (``toolexec.resources.notify_updated``).
+
+        No TTL: a channel holds nothing; fronts subscribed at the time hear it.
+        """
+        return f"{self.prefix}:resource-updates"
+
+    def caller(self, call_id: str) -> str:
+        """What the caller of a call can answer (JSON), set by the MCP front before it publishes.
+
+        A tool that asks its caller (``toolexec.caller``) reads it first: no key, no one
+        to ask, and the tool gets a typed refusal at once instead of waiting out its
+        deadline. TTL: the call's deadline plus :data:`REPLY_TTL_S`.
+        """
+        return f"{self.prefix}:caller:{call_id}"
+
+    def asks(self, call_id: str) -> str:
+        """List a running tool pushes its questions and log lines onto; the front pops them.
+
+        TTL: the call's deadline plus :data:`REPLY_TTL_S`, refreshed by every push.
+        """
+        return f"{self.prefix}:asks:{call_id}"
+
+    def answer(self, call_id: str, ask: int) -> str:
+        """List the front pushes the caller's answer to one question onto; the tool pops it.
+
+        TTL: the call's deadline plus :data:`REPLY_TTL_S` (an answer no one pops expires).
+        """
+        return f"{self.prefix}:answer:{call_id}:{ask}"
+
     def breaker(self, name: str) -> str:
         """Hash: one circuit breaker's whole state (state, window, open-until, ...).
 
@@ -504,6 +551,9 @@ WORKER_FORGET_S = 3_600
 
 #: A reply nobody collects within this long after its deadline is garbage.
 REPLY_TTL_S = 300
+
+#: Seconds an approval decision is kept: a day, beyond any call's deadline.
+APPROVAL_DECISION_TTL_S = 86_400
 
 #: A breaker nobody used for a day has a stale window: forget it. Bounds the
 #: keys of per-host breakers (``http_request@<host>``) for hosts seen once.

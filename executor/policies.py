@@ -302,6 +302,29 @@ class RateLimitPolicy:
 
 
 @dataclass(frozen=True)
+class ApprovalPolicy:
+    """A person approves each call before its first attempt (``@tool(approval=...)``).
+
+    ``timeout_s`` bounds the wait for a decision (never past the call's deadline);
+    the call is parked in the queue meanwhile and looks again every ``poll_s``.
+    ``prompt`` is what the approver reads (default: the tool and its arguments).
+    """
+
+    timeout_s: float = 300.0
+    poll_s: float = 1.0
+    prompt: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "poll_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigurationError(f"ApprovalPolicy.{name} must be positive, not {value!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"timeout_s": self.timeout_s, "poll_s": self.poll_s, "prompt": self.prompt}
+
+
+@dataclass(frozen=True)
 class ToolPolicy:
     """How the executor runs one tool; docs/guides/tools.md says what each field does."""
 
@@ -326,6 +349,7 @@ class ToolPolicy:
     #: The most calls of this tool running at once across the fleet (None: no cap); the
     #: excess waits in a lane of its own (``toolexec.lanes``, a Redis broker).
     max_in_flight: int | None = None
+    approval: ApprovalPolicy | None = None  # None: runs without asking (toolexec.approvals)
 
     def __post_init__(self) -> None:
         if self.max_in_flight is not None and (
@@ -379,6 +403,7 @@ class ToolPolicy:
             "rate_limit": None if self.rate_limit is None else self.rate_limit.to_json(),
             **({} if self.priority is None else {"priority": self.priority}),
             **({} if self.max_in_flight is None else {"max_in_flight": self.max_in_flight}),
+            "approval": None if self.approval is None else self.approval.to_json(),
         }
 
 

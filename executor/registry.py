@@ -21,6 +21,7 @@ import pydantic
 from toolexec.errors import TRANSIENT_TYPES, ConfigurationError, ErrorType
 from toolexec.fallback.steps import FallbackStep, check_chain
 from toolexec.policies import (
+    ApprovalPolicy,
     BreakerPolicy,
     Jitter,
     RateLimitPolicy,
@@ -51,6 +52,9 @@ class ToolSpec:
     check: Callable[..., Any] | None = None
     #: JSON Schema of what the tool returns; None: read from ``func``'s return annotation.
     returns: dict[str, Any] | None = None
+    #: Set when the function serves an MCP resource or template (``toolexec.resources``):
+    #: its URI (template), name, description and MIME type, published with the catalog.
+    resource: dict[str, Any] | None = None
 
     @property
     def is_async(self) -> bool:
@@ -76,6 +80,8 @@ class ToolSpec:
             "parameters": self.json_schema(),
             "policy": policy,
         }
+        if self.resource is not None:
+            entry["resource"] = dict(self.resource)
         returns = self.returns if self.returns is not None else _returns_schema(self.func)
         if returns is not None:  # MCP clients are told the shape (toolexec.mcp)
             entry["returns"] = returns
@@ -278,6 +284,7 @@ def tool(
     rate_limit: RateLimitPolicy | None = ...,
     priority: int | None = ...,
     max_in_flight: int | None = ...,
+    approval: ApprovalPolicy | bool | None = ...,
     registry: Registry | None = ...,
 ) -> Callable[[F], F]: ...
 
@@ -309,6 +316,7 @@ def tool(
     rate_limit: RateLimitPolicy | None = None,
     priority: int | None = None,
     max_in_flight: int | None = None,
+    approval: ApprovalPolicy | bool | None = None,
     registry: Registry | None = None,
 ) -> F | Callable[[F], F]:
     """Register a typed function (sync or ``async def``) as a tool.
@@ -340,6 +348,8 @@ def tool(
     urgent … 5; 3 by default; ``toolexec.fairness``); ``max_in_flight`` caps the tool's
     calls running at once across the fleet, the excess waiting in a lane of its own (a
     Redis broker; ``toolexec.lanes``).
+    ``approval`` (True, or an :class:`ApprovalPolicy`) makes each call wait for a
+    person's approval before its first attempt (``toolexec.approvals``).
     """
 
     def register(fn: F) -> F:
@@ -372,6 +382,7 @@ def tool(
             rate_limit=rate_limit,
             priority=priority,
             max_in_flight=max_in_flight,
+            approval=ApprovalPolicy() if approval is True else (approval or None),
         )
         spec = ToolSpec(
             name=tool_name,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
+from toolexec.content import anthropic_content, blocks_of, text_of
 from toolexec.errors import ErrorType, ToolException, UsageError
 from toolexec.redaction import redact, scrub_text
 
@@ -236,8 +237,18 @@ class ToolResult(BaseModel):
         return body
 
     def content(self) -> str:
-        """The result as the text of a tool message."""
-        return json.dumps(self.for_model(), ensure_ascii=False, default=str)
+        """The result as the text of a tool message (a rich result's blocks described)."""
+        body = self.for_model()
+        blocks = self.blocks()
+        if blocks is not None:
+            body["data"] = text_of(blocks)
+        return json.dumps(body, ensure_ascii=False, default=str)
+
+    def blocks(self) -> list[dict[str, Any]] | None:
+        """The content blocks of a rich result (``toolexec.content``), or None."""
+        if self.status != "ok" or self.payload is not None:
+            return None
+        return blocks_of(self.data)
 
     def to_openai_message(self, tool_call_id: str) -> dict[str, Any]:
         """A chat-completions ``role: tool`` message answering ``tool_call_id``."""
@@ -245,10 +256,12 @@ class ToolResult(BaseModel):
 
     def to_anthropic_block(self, tool_use_id: str) -> dict[str, Any]:
         """A Messages API ``tool_result`` content block answering ``tool_use_id``."""
+        blocks = self.blocks()
         block: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": tool_use_id,
-            "content": self.content(),
+            # a rich result's images go as image blocks, which a tool result may hold
+            "content": self.content() if blocks is None else anthropic_content(blocks),
         }
         if self.status != "ok":
             block["is_error"] = True

@@ -33,6 +33,9 @@ AGENT_FIXABLE = frozenset(
         ErrorType.FORBIDDEN,
         ErrorType.CLIENT_ERROR,
         ErrorType.UNKNOWN_TOOL,
+        # a person said no, or no one said yes: another tool must not do it instead
+        ErrorType.APPROVAL_DENIED,
+        ErrorType.APPROVAL_TIMEOUT,
     }
 )
 

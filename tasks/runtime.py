@@ -34,10 +34,12 @@ import redis
 from celery import Celery
 
 from toolexec.app import settings_of
+from toolexec.approvals import ApprovalLayer, ApprovalStore, ask_caller
 from toolexec.batch import Batch
 from toolexec.breaker import CircuitBreaker
 from toolexec.breaker.gate import BreakerGate
 from toolexec.breaker.layer import BreakerLayer
+from toolexec.caller import CallerLayer
 from toolexec.clock import Clock
 from toolexec.connection import fail_fast_client, fleet_clock, redis_url, through_blips
 from toolexec.context import CallContext
@@ -434,6 +436,8 @@ def build_executor(runtime: WorkerRuntime, registry: Registry) -> Executor:
                 clock=clock,
                 lease_reads=not orphans_covered(runtime.app),
             ),
+            # a call waiting for a person holds no rate-limit slot, breaker permit or budget
+            ApprovalLayer(ApprovalStore(client, keys), clock, ask_caller(client, keys, clock)),
             RateLimitLayer(RateLimiter(client, keys), limits, clock=clock),
             BreakerLayer(breakers, gate=runtime.gate, tally=runtime.tally),
             RetryBudgetLayer(RetryBudget(client, keys, clock=clock), tally=runtime.tally),
@@ -446,6 +450,7 @@ def build_executor(runtime: WorkerRuntime, registry: Registry) -> Executor:
                 static=faults,
                 clock=clock,
             ),
+            CallerLayer(client, keys, clock),  # innermost: the body's line to its caller
         ],
         resolve_arguments=payloads.resolve,
     )

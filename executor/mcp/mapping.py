@@ -17,14 +17,19 @@ from typing import Any
 
 import mcp_types as types
 
+from toolexec.content import blocks_of
 from toolexec.errors import ErrorType, UsageError
 from toolexec.fairness import Lane
+from toolexec.resources import is_template, match_uri
 from toolexec.results import ErrorInfo, ToolResult
 
 __all__ = [
     "FAIRNESS_KEY_META",
+    "JSON_SCHEMA_2020_12",
+    "PAYLOAD_TEMPLATE",
     "PRIORITY_META",
     "READ_PAYLOAD",
+    "RESOURCE_NOT_FOUND",
     "RESULT_META",
     "RUN_ID_HEADER",
     "RUN_ID_META",
@@ -37,11 +42,19 @@ __all__ = [
     "lane_for",
     "model_body",
     "output_schema",
+    "payload_page_of",
+    "payload_template",
     "read_payload_arguments",
     "read_payload_tool",
+    "read_resource_result",
+    "render_blocks",
+    "resource_target",
     "run_id_for",
     "to_call_result",
+    "to_resource",
+    "to_template",
     "to_tool",
+    "with_dialect",
 ]
 
 #: The extra tool the front serves beside the catalog, to page through offloaded results.
@@ -145,13 +158,28 @@ def output_schema(returns: Mapping[str, Any] | None) -> dict[str, Any]:
     return schema
 
 
+#: The dialect toolexec's schemas are written in (pydantic emits 2020-12), and MCP's default.
+JSON_SCHEMA_2020_12 = "https://json-schema.org/draft/2020-12/schema"
+
+
+def with_dialect(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The schema with ``$schema`` declared: a tool's own declaration is kept as it is.
+
+    MCP (2025-11-25) takes schemas without ``$schema`` as 2020-12, but a client
+    validating with another default would read ``$defs`` and ``prefixItems`` wrongly.
+    """
+    declared = dict(schema)
+    declared.setdefault("$schema", JSON_SCHEMA_2020_12)
+    return declared
+
+
 def to_tool(name: str, entry: Mapping[str, Any]) -> types.Tool:
     """A catalog entry as an MCP tool; ``outputSchema`` describes the ToolResult it returns."""
     policy = entry.get("policy") or {}
     return types.Tool(
         name=name,
         description=entry.get("description") or name,
-        input_schema=dict(entry["parameters"]),
+        input_schema=with_dialect(entry["parameters"]),
         output_schema=output_schema(entry.get("returns")),
         annotations=annotations_for(policy),
     )
@@ -304,12 +332,38 @@ def to_call_result(
     error (``unknown`` too: the model must not assume a write happened).
     """
     body = model_body(result, note)
+    blocks = blocks_of(result.data) if result.status == "ok" and result.payload is None else None
+    text = types.TextContent(text=json.dumps(body, ensure_ascii=False, default=str))
     return types.CallToolResult(
-        content=[types.TextContent(text=json.dumps(body, ensure_ascii=False, default=str))],
+        content=render_blocks(blocks) if blocks else [text],
         structured_content=body,
         is_error=result.status != "ok",
         _meta=_result_meta(result),
     )
+
+
+def _block(raw: Mapping[str, Any]) -> types.ContentBlock:
+    kind = raw["type"]
+    if kind == "image":
+        return types.ImageContent(data=str(raw.get("data", "")), mime_type=str(raw["mimeType"]))
+    if kind == "audio":
+        return types.AudioContent(data=str(raw.get("data", "")), mime_type=str(raw["mimeType"]))
+    if kind == "resource":
+        uri, mime = str(raw["uri"]), str(raw.get("mimeType") or "text/plain")
+        contents: types.TextResourceContents | types.BlobResourceContents
+        if raw.get("blob") is not None:
+            contents = types.BlobResourceContents(uri=uri, mime_type=mime, blob=str(raw["blob"]))
+        else:
+            contents = types.TextResourceContents(
+                uri=uri, mime_type=mime, text=str(raw.get("text") or "")
+            )
+        return types.EmbeddedResource(resource=contents)
+    return types.TextContent(text=str(raw.get("text", "")))
+
+
+def render_blocks(blocks: list[dict[str, Any]]) -> list[types.ContentBlock]:
+    """A rich result's blocks (``toolexec.content``) as MCP content, in their order."""
+    return [_block(raw) for raw in blocks]
 
 
 def cancelled_result(
@@ -348,3 +402,118 @@ def cancelled_result(
         ),
         elapsed_ms=round(elapsed_s * 1000.0, 3),
     )
+
+
+#: The JSON-RPC error for an unknown resource URI (MCP 2025-06-18 and 2025-11-25).
+RESOURCE_NOT_FOUND = -32002
+
+
+def to_resource(entry: Mapping[str, Any]) -> types.Resource | None:
+    """A catalog entry's resource (``toolexec.resources``); None for a template or a tool."""
+    declared = entry.get("resource")
+    if not isinstance(declared, Mapping) or is_template(str(declared.get("uri", ""))):
+        return None
+    return types.Resource(
+        uri=str(declared["uri"]),
+        name=str(declared.get("name") or declared["uri"]),
+        description=declared.get("description"),
+        mime_type=declared.get("mimeType"),
+    )
+
+
+def to_template(entry: Mapping[str, Any]) -> types.ResourceTemplate | None:
+    """A catalog entry's resource template; None for a plain resource or a tool."""
+    declared = entry.get("resource")
+    if not isinstance(declared, Mapping) or not is_template(str(declared.get("uri", ""))):
+        return None
+    return types.ResourceTemplate(
+        uri_template=str(declared["uri"]),
+        name=str(declared.get("name") or declared["uri"]),
+        description=declared.get("description"),
+        mime_type=declared.get("mimeType"),
+    )
+
+
+def resource_target(
+    entries: Mapping[str, Mapping[str, Any]], uri: str
+) -> tuple[str, dict[str, str], str] | None:
+    """The reader of ``uri``: its tool name, arguments and MIME type; None when none serves it.
+
+    A plain resource's exact URI wins over a template that also matches it.
+    """
+    templates = []
+    for name, entry in sorted(entries.items()):
+        declared = entry.get("resource") or {}
+        mime = str(declared.get("mimeType") or "text/plain")
+        declared_uri = str(declared.get("uri", ""))
+        if declared_uri == uri and not is_template(declared_uri):
+            return name, {}, mime
+        templates.append((name, declared_uri, mime))
+    for name, template, mime in templates:
+        found = match_uri(template, uri) if is_template(template) else None
+        if found is not None:
+            return name, found, mime
+    return None
+
+
+def read_resource_result(uri: str, mime_type: str, data: Any) -> types.ReadResourceResult:
+    """What a reader returned as ``resources/read``'s contents: text, or a blob it built."""
+    blocks = blocks_of(data)
+    if blocks is None and isinstance(data, Mapping) and data.get("type") == "resource":
+        blocks = [dict(data)]  # a reader that returned one toolexec.content.Resource
+    if blocks:
+        contents: list[types.TextResourceContents | types.BlobResourceContents] = []
+        for block in blocks:
+            mime = str(block.get("mimeType") or mime_type)
+            if block.get("blob") is not None:
+                contents.append(
+                    types.BlobResourceContents(uri=uri, mime_type=mime, blob=str(block["blob"]))
+                )
+            else:
+                text = block.get("text")
+                contents.append(types.TextResourceContents(uri=uri, mime_type=mime, text=str(text)))
+        return types.ReadResourceResult(contents=contents)
+    text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, default=str)
+    return types.ReadResourceResult(
+        contents=[types.TextResourceContents(uri=uri, mime_type=mime_type, text=text)]
+    )
+
+
+#: Stored payloads (offloaded results) as resources: one page of a payload per read.
+PAYLOAD_TEMPLATE = "toolexec://payload/{key}"
+_PAYLOAD_PREFIX = "toolexec://payload/"
+
+
+def payload_template() -> types.ResourceTemplate:
+    return types.ResourceTemplate(
+        uri_template=PAYLOAD_TEMPLATE + "{?offset,limit}",
+        name="payload",
+        description=(
+            "A page of a large tool result that was stored instead of shown: the payload "
+            "key from the result's preview; offset and limit count lines (text), items "
+            "(arrays) or keys (objects). The same as the read_payload tool."
+        ),
+        mime_type="application/json",
+    )
+
+
+def payload_page_of(uri: str) -> tuple[str, int, int] | str | None:
+    """The payload key, offset and limit a payload URI asks for; why not; None: not one.
+
+    ``toolexec://payload/KEY?offset=0&limit=100``; the numbers come from a client, so
+    they are checked as ``read_payload``'s are.
+    """
+    if not uri.startswith(_PAYLOAD_PREFIX):
+        return None
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    parts = urlsplit(uri)
+    key = unquote(parts.path.lstrip("/")) if parts.netloc == "payload" else ""
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    arguments: dict[str, Any] = {"key": key}
+    for name in ("offset", "limit"):
+        if name in query:
+            if not query[name].isdigit() or len(query[name]) > 9:
+                return f"{name} must be a whole number"
+            arguments[name] = int(query[name])
+    return read_payload_arguments(arguments)

@@ -19,6 +19,7 @@ import json
 import logging
 import time
 import uuid
+import warnings
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -30,7 +31,9 @@ import redis.asyncio
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
 
+from toolexec.approvals import ApprovalStore, Decision
 from toolexec.client import ToolClient
 from toolexec.client.prepare import PreparedCall
 from toolexec.client.publish import publish
@@ -38,20 +41,29 @@ from toolexec.connection import async_redis_client, unavailable
 from toolexec.errors import InfrastructureError, PayloadUnavailableError, UsageError
 from toolexec.fairness import NO_LANE
 from toolexec.guard import RoundPlan, RunGuard
+from toolexec.keys import REPLY_TTL_S
 from toolexec.mcp.mapping import (
     READ_PAYLOAD,
+    RESOURCE_NOT_FOUND,
     RUN_ID_HEADER,
     call_timeout,
     cancelled_result,
     catalog_fingerprint,
     checked_run_id,
     lane_for,
+    payload_page_of,
+    payload_template,
     read_payload_arguments,
     read_payload_tool,
+    read_resource_result,
+    resource_target,
     run_id_for,
     to_call_result,
+    to_resource,
+    to_template,
     to_tool,
 )
+from toolexec.mcp.relay import Relay, can_answer
 from toolexec.replies import ReplyBox
 from toolexec.results import ToolResult
 from toolexec.settings import Settings
@@ -98,13 +110,24 @@ class McpFront:
         self._secret = uuid.uuid4().hex
         self._fingerprint: tuple[Any, ...] | None = None
         self._replies: redis.asyncio.Redis | None = None
-        self.server = _FrontServer(
-            "toolexec",
-            version="0.1.0",
-            instructions="Tools run by toolexec workers; results are typed ToolResults.",
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
-        )
+        self._levels: dict[str, str] = {}
+        self._subscriptions: dict[str, set[str]] = {}
+        with warnings.catch_warnings():
+            # logging/setLevel is deprecated for the 2026-07-28 protocol, still current before
+            warnings.simplefilter("ignore")
+            self.server = _FrontServer(
+                "toolexec",
+                version="0.1.0",
+                instructions="Tools run by toolexec workers; results are typed ToolResults.",
+                on_list_tools=self._list_tools,
+                on_call_tool=self._call_tool,
+                on_list_resources=self._list_resources,
+                on_list_resource_templates=self._list_templates,
+                on_read_resource=self._read_resource,
+                on_subscribe_resource=self._subscribe,
+                on_unsubscribe_resource=self._unsubscribe,
+                on_set_logging_level=self._set_level,
+            )
 
     # -- sessions ------------------------------------------------------------
 
@@ -140,6 +163,18 @@ class McpFront:
         """A session ended (idle, or closed by its client): no list_changed for it, no run id."""
         self._sessions.pop(session_id, None)
         self._runs.pop(session_id, None)
+        self._levels.pop(session_id, None)
+        self._subscriptions.pop(session_id, None)
+
+    async def decide(self, call_id: str, decision: str, reason: str | None) -> None:
+        """Record the client's answer to an approval question (``toolexec.approvals``)."""
+        store = ApprovalStore(self.client.redis, self.client.keys)
+        verdict: Decision = "approved" if decision == "approved" else "denied"
+        await asyncio.to_thread(store.decide, call_id, verdict, "mcp-client", reason)
+
+    def level_of(self, ctx: Context) -> str | None:
+        """The log level the client's session set (``logging/setLevel``), if it did."""
+        return self._levels.get(_connection_key(ctx))
 
     async def watch_catalog(self) -> None:
         """Tell every session that listed tools when the catalog changes (``list_changed``).
@@ -160,6 +195,32 @@ class McpFront:
             if self._fingerprint is not None and fingerprint != self._fingerprint:
                 await self._notify_changed()
             self._fingerprint = fingerprint
+
+    async def watch_resources(self) -> None:
+        """Send ``resources/updated`` to the sessions subscribed to a URI a tool said changed."""
+        if self._replies is None:
+            self._replies = async_redis_client(self.client.waiter.url)
+        while True:
+            try:
+                async with self._replies.pubsub() as pubsub:
+                    await pubsub.subscribe(self.client.keys.resource_updates())
+                    async for message in pubsub.listen():
+                        if message.get("type") == "message":
+                            await self._resource_updated(_text_of(message.get("data")))
+            except redis.RedisError as exc:  # listen again once Redis is back
+                log.warning("resource updates unavailable: %s", exc)
+                await anyio.sleep(self.settings.mcp_catalog_poll_s)
+
+    async def _resource_updated(self, uri: str) -> None:
+        for key, uris in list(self._subscriptions.items()):
+            session = self._sessions.get(key)
+            if uri not in uris or session is None:
+                continue
+            try:
+                await session.send_resource_updated(uri)
+            except Exception as exc:  # a closed connection: its subscriptions go with it
+                log.debug("could not tell a session that %s changed: %s", uri, exc)
+                self._subscriptions.pop(key, None)
 
     async def _notify_changed(self) -> None:
         for key, session in list(self._sessions.items()):
@@ -203,7 +264,11 @@ class McpFront:
         catalog = await asyncio.to_thread(self.client.catalog)
         if self._fingerprint is None:
             self._fingerprint = catalog_fingerprint(catalog)
-        tools = [to_tool(name, entry) for name, entry in sorted(catalog.items())]
+        tools = [
+            to_tool(name, entry)
+            for name, entry in sorted(catalog.items())
+            if "resource" not in entry
+        ]
         tools = [t for t in tools if t.name != READ_PAYLOAD] + [read_payload_tool()]
         return types.ListToolsResult(tools=tools)
 
@@ -215,6 +280,7 @@ class McpFront:
         arguments = params.arguments or {}
         if params.name == READ_PAYLOAD:
             return await self._read_payload(arguments)
+        await self._known_tool(params.name)
         meta: Mapping[str, Any] | None = ctx.meta
         session_run = self._run_of(ctx)  # also remembers the session for list_changed
         run_id = run_id_for(meta, _header_run_id(ctx) or session_run)
@@ -226,6 +292,111 @@ class McpFront:
         call = _Call(self, ctx, params.name, arguments, run_id, timeout, guard)
         call.lane = lane
         return await call.run()
+
+    async def _known_tool(self, name: str) -> None:
+        """An unknown tool is a protocol error (JSON-RPC -32602), as MCP 2025-11-25 says.
+
+        The catalog is read again before refusing: a worker may have just published it.
+        """
+        catalog = await asyncio.to_thread(self.client.catalog)
+        if name not in catalog:
+            catalog = await asyncio.to_thread(self.client.catalog, True)
+        entry = catalog.get(name)
+        if entry is None or "resource" in entry:
+            known = ", ".join(sorted(n for n, e in catalog.items() if "resource" not in e))
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"Unknown tool: {name}. The tools are: {known or 'none yet'}",
+            )
+
+    # -- resources and logging -------------------------------------------------
+
+    async def _resource_entries(self) -> dict[str, Mapping[str, Any]]:
+        catalog = await asyncio.to_thread(self.client.catalog)
+        return {name: entry for name, entry in catalog.items() if "resource" in entry}
+
+    async def _list_resources(
+        self, ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        entries = await self._resource_entries()
+        found = [r for r in (to_resource(e) for e in entries.values()) if r is not None]
+        return types.ListResourcesResult(resources=sorted(found, key=lambda r: r.uri))
+
+    async def _list_templates(
+        self, ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        entries = await self._resource_entries()
+        found = [t for t in (to_template(e) for e in entries.values()) if t is not None]
+        return types.ListResourceTemplatesResult(
+            resource_templates=[*sorted(found, key=lambda t: t.uri_template), payload_template()]
+        )
+
+    async def _read_resource(
+        self, ctx: Context, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        """A resource read is a call of its reader on the workers, under the same defences."""
+        uri = str(params.uri)
+        page_of = payload_page_of(uri)
+        if page_of is not None:
+            return await self._read_payload_resource(uri, page_of)
+        target = resource_target(await self._resource_entries(), uri)
+        if target is None:
+            raise MCPError(RESOURCE_NOT_FOUND, f"Resource not found: {uri}")
+        name, arguments, mime_type = target
+        run_id = self._run_of(ctx)
+        prepared = await asyncio.to_thread(
+            self.client.preparer.prepare,
+            name,
+            arguments,
+            run_id,
+            self.settings.mcp_call_timeout,
+            uuid.uuid4().hex,
+            None,
+        )
+        if prepared.early is not None:
+            result = prepared.early
+        else:
+            await asyncio.to_thread(publish, self.client.app, [prepared])
+            result = await self.reply_to(prepared)
+        if result.status != "ok":
+            message = result.error.message if result.error else result.status
+            raise MCPError(types.INTERNAL_ERROR, f"could not read {uri}: {message}")
+        return read_resource_result(uri, mime_type, result.data)
+
+    async def _read_payload_resource(
+        self, uri: str, page_of: tuple[str, int, int] | str
+    ) -> types.ReadResourceResult:
+        """A page of a stored payload, as ``read_payload`` answers it (JSON)."""
+        if isinstance(page_of, str):
+            raise MCPError(types.INVALID_PARAMS, page_of)
+        key, offset, limit = page_of
+        try:
+            page = await asyncio.to_thread(self.client.read_payload, key, offset, limit)
+        except (PayloadUnavailableError, UsageError) as exc:
+            raise MCPError(RESOURCE_NOT_FOUND, str(exc)) from exc
+        text = json.dumps(page.to_json(), ensure_ascii=False, default=str)
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type="application/json", text=text)]
+        )
+
+    async def _subscribe(
+        self, ctx: Context, params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
+        self._run_of(ctx)  # remembers the session: updates are sent on it
+        self._subscriptions.setdefault(_connection_key(ctx), set()).add(str(params.uri))
+        return types.EmptyResult()
+
+    async def _unsubscribe(
+        self, ctx: Context, params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        self._subscriptions.get(_connection_key(ctx), set()).discard(str(params.uri))
+        return types.EmptyResult()
+
+    async def _set_level(
+        self, ctx: Context, params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        self._levels[_connection_key(ctx)] = params.level
+        return types.EmptyResult()
 
     async def _read_payload(self, arguments: Mapping[str, Any]) -> types.CallToolResult:
         """A page of an offloaded result; the numbers come from a model, so they are checked."""
@@ -296,16 +467,44 @@ class _Call:
             return prepared.early
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(self._report_progress)
+            tasks.start_soon(self._relay, prepared)
             result = await self.front.reply_to(prepared)
             tasks.cancel_scope.cancel()
         return result
 
+    async def _relay(self, prepared: PreparedCall) -> None:
+        """Forward what the running tool says or asks to the client (``toolexec.mcp.relay``)."""
+        front = self.front
+        if front._replies is None:
+            front._replies = async_redis_client(front.client.waiter.url)
+        relay = Relay(
+            front._replies,
+            front.client.keys,
+            self.call_id,
+            prepared.ctx.deadline - front.client.clock.now(),
+            self.ctx.session,
+            self.ctx.request_id,
+            front.level_of(self.ctx),
+            front.decide,
+        )
+        await relay.run()
+
     def _submit(self) -> PreparedCall:
-        """Check and send the call, in one trip to a thread (both talk to Redis)."""
+        """Check and send the call, in one trip to a thread (all of it talks to Redis).
+
+        What the client can answer is noted before the call is published, so the
+        tool never finds the note missing while the client could answer.
+        """
         client = self.front.client
         prepared = client.preparer.prepare(
             self.tool, self.arguments, self.run_id, self.timeout, self.call_id, None, lane=self.lane
         )
+        if prepared.early is not None:
+            return prepared
+        can = can_answer(self.ctx.session.client_capabilities)
+        if can is not None:
+            ttl = max(1, int(prepared.ctx.deadline - client.clock.now()) + REPLY_TTL_S)
+            client.redis.set(client.keys.caller(self.call_id), json.dumps(can), ex=ttl)
         publish(client.app, [prepared])
         return prepared
 
@@ -366,6 +565,17 @@ class _Call:
             return to_call_result(result)
         outcome = (await asyncio.to_thread(self.guard.end_round, plan, [result]))[0]
         return to_call_result(outcome.result, outcome.note)
+
+
+def _text_of(data: Any) -> str:
+    return data.decode() if isinstance(data, bytes) else str(data)
+
+
+def _connection_key(ctx: Context) -> str:
+    """The client connection a request came on: its ``Mcp-Session-Id``, or stdio's one client."""
+    headers = getattr(ctx.request, "headers", None)
+    session_id = headers.get("mcp-session-id") if headers is not None else None
+    return str(session_id) if session_id else "stdio"
 
 
 def _header_run_id(ctx: Context) -> str | None:

@@ -53,6 +53,8 @@ class RemoteServer:
     fallbacks: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     #: HTTP headers of every request, e.g. the server's Authorization; never shown in a repr.
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: OAuth to the server (``toolexec.mcp.oauth.OAuth``); None: headers alone authenticate.
+    oauth: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not _SERVER_NAME.match(self.name):
@@ -172,6 +174,7 @@ def mcp_server(
     breaker: BreakerPolicy | None = None,
     fallbacks: Mapping[str, Sequence[FallbackStep]] | None = None,
     headers: Mapping[str, str] | None = None,
+    oauth: Any = None,
 ) -> RemoteServer:
     """Declare a remote MCP server in a tools module, beside ``@tool``.
 
@@ -179,7 +182,8 @@ def mcp_server(
     and registers each as ``name.tool``. ``side_effects`` overrides, per remote
     tool, what its annotations say; ``fallbacks`` gives a remote tool a chain;
     ``headers`` go with every HTTP request (read a token from the environment here,
-    or put it in ``TOOLEXEC_MCP_SERVERS``, rather than in code).
+    or put it in ``TOOLEXEC_MCP_SERVERS``, rather than in code); ``oauth`` (a
+    ``toolexec.mcp.oauth.OAuth``) authenticates with OAuth instead.
     """
     server = RemoteServer(
         name=name,
@@ -194,6 +198,7 @@ def mcp_server(
         breaker=breaker,
         fallbacks=dict(fallbacks or {}),
         headers=dict(headers or {}),
+        oauth=oauth,
     )
     with _declared_lock:
         _declared[:] = [s for s in _declared if s.name != name] + [server]

@@ -104,6 +104,7 @@ class _Session:
                 headers=dict(self.server.headers),
                 timeout=httpx2.Timeout(30.0, read=300.0),
                 event_hooks={"response": [_note_status]},
+                auth=_auth(self.server),
             )
             if self.server.url is not None
             else None
@@ -150,6 +151,15 @@ class _Session:
                 break
         self.tools = found
         return found
+
+
+def _auth(server: RemoteServer) -> httpx2.Auth | None:
+    """The OAuth flow of a server declared with ``oauth=`` (``toolexec.mcp.oauth``)."""
+    if server.oauth is None or server.url is None:
+        return None
+    from toolexec.mcp.oauth import auth_for
+
+    return auth_for(server.url, server.oauth)
 
 
 async def _note_status(response: httpx2.Response) -> None:

@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from toolexec.clock import Clock, SystemClock
 from toolexec.errors import ConfigurationError
+from toolexec.mcp.events import MemoryEventStore
 from toolexec.mcp.server import McpFront
 from toolexec.mcp.session_limits import SessionGate, SessionTable
 from toolexec.settings import Settings
@@ -44,6 +45,9 @@ __all__ = [
 ]
 
 MCP_PATH = "/mcp"
+
+#: Milliseconds a client waits before reconnecting a dropped SSE stream (SSE ``retry:``).
+SSE_RETRY_MS = 1000
 
 _LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
@@ -132,6 +136,10 @@ def http_app(
         streamable_http_path=MCP_PATH,
         transport_security=_security(host, port, settings),
         max_request_body_size=settings.mcp_max_request_bytes,
+        # SSE events carry ids and a retry interval: a client that lost its stream
+        # reconnects with Last-Event-ID and gets what it missed (toolexec.mcp.events)
+        event_store=MemoryEventStore(),
+        retry_interval=SSE_RETRY_MS,
         session_idle_timeout=2 * settings.mcp_session_idle_s,
         max_sessions=settings.mcp_max_sessions,
         host=host,
@@ -168,6 +176,7 @@ async def serve_http(front: McpFront, host: str, port: int) -> None:
     server = uvicorn.Server(config)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(front.watch_catalog)
+        tasks.start_soon(front.watch_resources)
         tasks.start_soon(gate.watch_idle)
         await server.serve()
         tasks.cancel_scope.cancel()
@@ -177,6 +186,7 @@ async def serve_stdio(front: McpFront) -> None:
     """Serve one client over stdin and stdout until it closes them."""
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(front.watch_catalog)
+        tasks.start_soon(front.watch_resources)
         async with stdio_server() as (read_stream, write_stream):
             await front.server.run(
                 read_stream, write_stream, front.server.create_initialization_options()

@@ -16,6 +16,7 @@ import click
 
 from toolexec.breaker.cli import breakers
 from toolexec.errors import InfrastructureError, ToolexecError
+from toolexec.ops.approvals_cli import approvals
 from toolexec.ops.cli_support import EXIT_UNREACHABLE, Unreachable
 from toolexec.ops.fairness_cli import fairness
 from toolexec.ops.faults_cli import faults
@@ -463,6 +464,7 @@ def embedded_stop() -> None:
 cli.add_command(breakers)
 cli.add_command(fairness)
 cli.add_command(faults)
+cli.add_command(approvals)
 cli.add_command(status)
 cli.add_command(health)
 cli.add_command(flower)

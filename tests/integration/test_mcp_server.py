@@ -208,6 +208,28 @@ def test_an_offloaded_result_says_so_and_read_payload_pages_through_it(http_url:
     ]
 
 
+def test_a_stored_payload_is_a_resource_read_page_by_page(http_url: str) -> None:
+    """The same page as read_payload's, through resources/read (toolexec://payload/KEY)."""
+
+    async def body(client: Client) -> tuple[Any, Any, list[str]]:
+        big = await client.call_tool("numbered_lines", {"lines": 5000})
+        key = (big.meta or {})["toolexec/payload"]["key"]
+        page = await client.read_resource(f"toolexec://payload/{key}?offset=10&limit=3")
+        templates = await client.list_resource_templates()
+        try:
+            await client.read_resource("toolexec://payload/no-such-key")
+            missing = None
+        except MCPError as exc:
+            missing = exc.code
+        return page, missing, [t.uri_template for t in templates.resource_templates]
+
+    page, missing, templates = with_client(http_url, body)
+    body_read = json.loads(page.contents[0].text)
+    assert body_read["lines"] == [f"line {i:05d} of a long report" for i in (10, 11, 12)]
+    assert missing == -32002
+    assert "toolexec://payload/{key}{?offset,limit}" in templates
+
+
 def test_progress_is_reported_while_a_call_waits_on_retries(
     http_url: str, flaky: FlakyServer
 ) -> None:

@@ -15,6 +15,7 @@ from mcp.shared.exceptions import MCPError
 from toolexec.errors import ConfigurationError, ErrorType
 from toolexec.mcp.classify import HttpStatus, classify_mcp_error, remote_side_effects
 from toolexec.mcp.mapping import (
+    JSON_SCHEMA_2020_12,
     RESULT_META,
     RUN_ID_META,
     TIMEOUT_META,
@@ -62,7 +63,8 @@ def test_a_read_only_tool_says_so_and_a_writer_is_destructive_and_idempotent() -
 
 def test_a_catalog_entry_becomes_a_tool_with_its_schema() -> None:
     tool = to_tool("get_weather", ENTRY)
-    assert tool.input_schema == ENTRY["parameters"]
+    # the dialect is declared (MCP 2025-11-25, SEP-1613); the schema is otherwise the same
+    assert tool.input_schema == {**ENTRY["parameters"], "$schema": JSON_SCHEMA_2020_12}
     assert tool.description == "The weather of a city."
     assert tool.output_schema is not None and "error" in tool.output_schema["properties"]
 

@@ -22,15 +22,20 @@ import toolexec.testing
 ROOT = Path(__file__).resolve().parents[2]
 
 TOOLEXEC = [
+    "Answer",
+    "ApprovalPolicy",
+    "Audio",
     "BreakerPolicy",
     "BrokerUnavailableError",
     "CallHandle",
     "ClientError",
     "Clock",
     "ConfigurationError",
+    "Content",
     "ErrorInfo",
     "ErrorType",
     "ForbiddenError",
+    "Image",
     "InfrastructureError",
     "InvalidArgumentsError",
     "Jitter",
@@ -47,12 +52,14 @@ TOOLEXEC = [
     "RateLimitedError",
     "RedisUnavailableError",
     "Registry",
+    "Resource",
     "RetryBudgetPolicy",
     "RetryDecision",
     "RetryPolicy",
     "RunBudget",
     "Settings",
     "SystemClock",
+    "Text",
     "Timings",
     "ToolClient",
     "ToolConnectionError",
@@ -67,6 +74,11 @@ TOOLEXEC = [
     "UnavailableError",
     "UsageError",
     "default_registry",
+    "elicit",
+    "log",
+    "notify_updated",
+    "resource",
+    "sample",
     "tool",
 ]
 
@@ -102,9 +114,7 @@ KNOWN_INTERNAL = {
     [(toolexec, TOOLEXEC), (toolexec.fallback, FALLBACK), (toolexec.testing, TESTING)],
     ids=["toolexec", "toolexec.fallback", "toolexec.testing"],
 )
-def test_the_public_names_are_exactly_the_pinned_ones(
-    package: object, expected: list[str]
-) -> None:
+def test_the_public_names_are_exactly_the_pinned_ones(package: object, expected: list[str]) -> None:
     assert sorted(package.__all__) == expected  # type: ignore[attr-defined]
 
 

@@ -1,0 +1,134 @@
+"""OAuth to a remote MCP server, with the SDK's client flows (``mcp.client.auth``).
+
+``mcp_server(..., oauth=OAuth(...))`` puts an OAuth-protected server behind a
+worker: on the first 401 the session discovers the protected-resource and
+authorization-server metadata, registers (dynamically, or with a
+pre-registered ``client_id``), and gets a token, with scopes from
+``WWW-Authenticate`` or ``scopes_supported``, step-up on 403
+``insufficient_scope``, refresh before expiry and the resource check the SDK
+does (a resource-metadata mismatch is refused). Two grants:
+
+- ``client_credentials`` (``client_secret_basic`` or ``client_secret_post``): no
+  person involved, what a headless fleet uses.
+- ``authorization_code`` with PKCE: someone must sign in. ``authorize`` is the
+  user-agent step: given the authorization URL, it returns the redirect's
+  code. A worker has no browser, so without ``authorize`` the flow stops with
+  an error saying so; a ``toolexec mcp login`` command is not written yet.
+
+Tokens are kept in this process's memory (one sign-in per worker process);
+they are never logged (``OAuth``'s secret is kept out of its repr). A store
+shared by the fleet and encrypted at rest is not written yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import httpx2
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.shared.auth import (
+    AuthorizationCodeResult,
+    OAuthClientInformationFull,
+    OAuthClientMetadata,
+    OAuthToken,
+)
+from pydantic import AnyUrl
+
+from toolexec.errors import ConfigurationError
+
+__all__ = ["MemoryTokens", "OAuth", "auth_for"]
+
+Authorize = Callable[[str], Awaitable[AuthorizationCodeResult]]
+
+
+@dataclass(frozen=True)
+class OAuth:
+    """How a worker authenticates to one remote MCP server."""
+
+    grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
+    token_endpoint_auth_method: Literal["client_secret_basic", "client_secret_post", "none"] = (
+        "client_secret_basic"
+    )
+    scope: str | None = None
+    redirect_uri: str = "http://127.0.0.1:33418/callback"
+    client_name: str = "toolexec"
+    #: The user-agent step of the authorization-code grant (see the module doc).
+    authorize: Authorize | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.grant == "client_credentials" and not (self.client_id and self.client_secret):
+            raise ConfigurationError("OAuth client_credentials needs client_id and client_secret")
+
+
+class MemoryTokens:
+    """The SDK's token storage, in this process's memory."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client = client_info
+
+
+def auth_for(url: str, oauth: OAuth) -> httpx2.Auth:
+    """The httpx auth of a session to ``url``: the SDK's provider for the chosen grant."""
+    storage = MemoryTokens()
+    if oauth.grant == "client_credentials":
+        method = oauth.token_endpoint_auth_method
+        return ClientCredentialsOAuthProvider(
+            url,
+            storage,
+            client_id=oauth.client_id or "",
+            client_secret=oauth.client_secret or "",
+            token_endpoint_auth_method="client_secret_post"
+            if method == "client_secret_post"
+            else "client_secret_basic",
+            scope=oauth.scope,
+        )
+    redirect = AnyUrl(oauth.redirect_uri)
+    metadata = OAuthClientMetadata(
+        redirect_uris=[redirect],
+        client_name=oauth.client_name,
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method=oauth.token_endpoint_auth_method,
+        scope=oauth.scope,
+    )
+    if oauth.client_id:  # pre-registered: no dynamic registration
+        storage.client = OAuthClientInformationFull(
+            client_id=oauth.client_id,
+            client_secret=oauth.client_secret,
+            redirect_uris=[redirect],
+            token_endpoint_auth_method=oauth.token_endpoint_auth_method,
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+        )
+    pending: list[str] = []
+
+    async def redirect_to(authorization_url: str) -> None:
+        pending.append(authorization_url)
+
+    async def come_back() -> AuthorizationCodeResult:
+        if oauth.authorize is None:
+            raise ConfigurationError(
+                f"{url} needs someone to sign in (OAuth authorization code), and a worker has "
+                "no browser: use a client_credentials client, or give OAuth(authorize=...)"
+            )
+        return await oauth.authorize(pending.pop())
+
+    return OAuthClientProvider(url, metadata, storage, redirect_to, come_back)

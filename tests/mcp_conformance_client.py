@@ -1,0 +1,78 @@
+"""toolexec as the client of the MCP conformance suite's client scenarios.
+
+The suite starts a test server and runs ``python tests/mcp_conformance_client.py URL``
+(the scenario's name in ``MCP_CONFORMANCE_SCENARIO``, its credentials in
+``MCP_CONFORMANCE_CONTEXT``). This script talks to the server with the session a
+worker uses for ``--mcp-server`` (``toolexec.mcp.sessions.Hub``), OAuth included
+(``toolexec.mcp.oauth``): it lists the tools and calls each, as a worker proxying
+that server would. The suite's authorization servers approve at once, so the
+user-agent step of the authorization-code grant is played here by following the
+authorization URL's redirect without a browser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from urllib.parse import parse_qs, urlsplit
+
+import httpx2
+from mcp.shared.auth import AuthorizationCodeResult
+
+from toolexec.mcp.oauth import OAuth
+from toolexec.mcp.servers import RemoteServer
+from toolexec.mcp.sessions import Hub
+
+#: Arguments for the tools the suite's test servers list.
+ARGUMENTS = {"add_numbers": {"a": 5, "b": 3}}
+
+
+async def follow(authorization_url: str) -> AuthorizationCodeResult:
+    """The user agent: the authorization server redirects back with the code at once."""
+    async with httpx2.AsyncClient(follow_redirects=False, timeout=10) as http:
+        answer = await http.get(authorization_url)
+    query = parse_qs(urlsplit(answer.headers["location"]).query)
+    first = {key: values[0] for key, values in query.items()}
+    return AuthorizationCodeResult(
+        code=first["code"], state=first.get("state"), iss=first.get("iss")
+    )
+
+
+def oauth_for(scenario: str, context: dict[str, str]) -> OAuth:
+    if scenario.startswith("auth/client-credentials"):
+        return OAuth(
+            grant="client_credentials",
+            client_id=context.get("client_id"),
+            client_secret=context.get("client_secret"),
+        )
+    method = "client_secret_post" if scenario.endswith("auth-post") else "client_secret_basic"
+    if scenario.endswith("auth-none"):
+        method = "none"
+    return OAuth(
+        client_id=context.get("client_id"),
+        client_secret=context.get("client_secret"),
+        token_endpoint_auth_method=method,  # type: ignore[arg-type]
+        authorize=follow,
+    )
+
+
+def main(url: str) -> int:
+    scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    oauth = oauth_for(scenario, context) if scenario.startswith("auth/") else None
+    server = RemoteServer(name="conformance", url=url, timeout=20.0, oauth=oauth)
+    hub = Hub.get()
+    tools = hub.run(hub.session(server).list_tools(), 30.0)
+    for name in sorted(tools):
+        try:
+            answer = hub.run(hub.call(server, name, ARGUMENTS.get(name, {}), 20.0), 30.0)
+            print(f"{scenario}: {name} -> {answer!r}"[:300])
+        except Exception as exc:  # the scenario's checks say what was wrong
+            print(f"{scenario}: {name} failed: {exc}"[:300])
+    hub.session(server).close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[-1]))
