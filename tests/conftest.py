@@ -108,3 +108,54 @@ def worker(
 def client(settings: Settings, worker: WorkerProcess) -> Iterator[ToolClient]:
     with ToolClient(settings) as tool_client:
         yield tool_client
+
+
+#: Modules that took longest in a timed run (``--durations``, tests/README.md, "Where the
+#: time goes"), longest first. Under pytest-xdist they are handed out first, so that
+#: none of them starts last and leaves one process running alone at the end.
+SLOW_FIRST = (
+    "test_bench_smoke.py",
+    "test_mcp_proxy.py",
+    "test_mcp_server.py",
+    "test_defences_adapt.py",
+    "test_idempotency_crash.py",
+    "test_agent_frameworks.py",
+    "test_celery_native.py",
+    "test_bench_mcp_smoke.py",
+    "test_breaker_workers.py",
+    "test_demo.py",
+    "test_storm_bench_smoke.py",
+    "test_storm_protections.py",
+    "test_worker_pools.py",
+    "test_idempotency_bench.py",
+)
+#: After those: the rest by tier, the waiting ones before the computing ones.
+TIER_ORDER = ("integration", "e2e", "security", "unit", "chaos")
+
+
+def _start_order(item: pytest.Item) -> tuple[int, int]:
+    path = item.path
+    if path.name in SLOW_FIRST:
+        return (0, SLOW_FIRST.index(path.name))
+    tier = path.parent.name
+    return (1, TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup`` (make test), a module's tests run in one process.
+
+    Its module-scoped workers and servers then start once, as in a plain run. A module
+    whose tests share nothing of the module's says ``SPREAD = True``: its tests go to
+    whichever process is free (the benchmarks' smoke tests, which each start their own
+    servers). xdist reads the ``xdist_group`` marks after this hook (hence tryfirst);
+    a plain run is left in its own order.
+    """
+    if not getattr(config.option, "loadgroup", False):
+        return
+    items.sort(key=_start_order)  # stable: a module's tests stay together and in order
+    for item in items:
+        module = getattr(item, "module", None)
+        if getattr(module, "SPREAD", False) or item.get_closest_marker("xdist_group"):
+            continue
+        item.add_marker(pytest.mark.xdist_group(item.path.stem))
