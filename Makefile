@@ -30,12 +30,12 @@ lint: $(STAMP)
 # The suite but the chaos scenarios, in one pytest run spread over four processes
 # (pytest-xdist): the tests mostly wait on workers, timeouts and back-offs, so four
 # processes keep two cores busy. Each process has its own embedded Valkey, shared worker
-# and temp directories; a module's tests stay in one process (--dist loadgroup with a
-# group per module, tests/conftest.py), so a module's own workers start once, and the
-# slowest modules are handed out first (--no-loadscope-reorder keeps that order).
+# and temp directories; a module's tests stay in one process (--dist loadfile), so a
+# module's own workers start once, and the slowest modules are handed out first
+# (tests/conftest.py; --no-loadscope-reorder keeps that order).
 # The chaos scenarios kill servers and time recovery, one at a time, with nothing else
 # running: `make test-chaos`, which .ci/run runs after this.
-PARALLEL ?= -n 4 --dist loadgroup --no-loadscope-reorder
+PARALLEL ?= -n 4 --dist loadfile --no-loadscope-reorder
 test: lint
 	$(BIN)/pytest $(PARALLEL) tests/unit tests/security tests/integration tests/e2e
 

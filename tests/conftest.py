@@ -141,21 +141,15 @@ def _start_order(item: pytest.Item) -> tuple[int, int]:
     return (1, TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER))
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup`` (make test), a module's tests run in one process.
+    """Under pytest-xdist (make test), the slowest modules are handed out first.
 
-    Its module-scoped workers and servers then start once, as in a plain run. A module
-    whose tests share nothing of the module's says ``SPREAD = True``: its tests go to
-    whichever process is free (the benchmarks' smoke tests, which each start their own
-    servers). xdist reads the ``xdist_group`` marks after this hook (hence tryfirst);
-    a plain run is left in its own order.
+    ``--dist loadfile`` keeps a module's tests in one process, so its module-scoped
+    workers and servers start once, as in a plain run, and ``--no-loadscope-reorder``
+    hands modules out in this order. A plain run is left in its own order.
+    (``--dist loadgroup`` would be finer, but pytest-xdist 3.8 marks a group by
+    rewriting ``Item._nodeid``, which pytest 9 no longer reads: every test would be
+    spread alone and each module's workers started in every process.)
     """
-    if not getattr(config.option, "loadgroup", False):
-        return
-    items.sort(key=_start_order)  # stable: a module's tests stay together and in order
-    for item in items:
-        module = getattr(item, "module", None)
-        if getattr(module, "SPREAD", False) or item.get_closest_marker("xdist_group"):
-            continue
-        item.add_marker(pytest.mark.xdist_group(item.path.stem))
+    if hasattr(config, "workerinput"):
+        items.sort(key=_start_order)  # stable: a module's tests stay together and in order

@@ -9,9 +9,6 @@ import pytest
 from integration_support import run_bench
 
 pytestmark = pytest.mark.integration
-#: Under pytest-xdist its tests may run in different processes (each bench starts its own servers
-#: and workers; tests/conftest.py).
-SPREAD = True
 
 
 def test_quick_overhead_benchmark_prints_the_side_by_side_table() -> None:

@@ -17,9 +17,6 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.integration
-#: Under pytest-xdist its tests may run in different processes (each test runs a demo with its own
-#: Valkey, service and worker; tests/conftest.py).
-SPREAD = True
 
 _DEMO_TIMEOUT_S = 90
 

@@ -31,9 +31,6 @@ from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Ledger, Reply, WorkerProcess
 
 pytestmark = pytest.mark.integration
-#: Under pytest-xdist its tests may run in different processes (each test starts and kills
-#: workers of its own; tests/conftest.py).
-SPREAD = True
 
 CALLS = 50
 DEADLINE_S = 40.0
