@@ -108,3 +108,49 @@ def worker(
 def client(settings: Settings, worker: WorkerProcess) -> Iterator[ToolClient]:
     with ToolClient(settings) as tool_client:
         yield tool_client
+
+
+#: Modules that took longest in a timed run (``--durations``, tests/README.md, "Where the
+#: time goes"), longest first. Under pytest-xdist they are handed out first, so that
+#: none of them starts last and leaves one process running alone at the end.
+SLOW_FIRST = (
+    "test_bench_smoke.py",
+    "test_mcp_conformance.py",
+    "test_mcp_proxy.py",
+    "test_mcp_server.py",
+    "test_defences_adapt.py",
+    "test_idempotency_crash.py",
+    "test_agent_frameworks.py",
+    "test_celery_native.py",
+    "test_bench_mcp_smoke.py",
+    "test_breaker_workers.py",
+    "test_demo.py",
+    "test_storm_bench_smoke.py",
+    "test_storm_protections.py",
+    "test_worker_pools.py",
+    "test_idempotency_bench.py",
+)
+#: After those: the rest by tier, the waiting ones before the computing ones.
+TIER_ORDER = ("integration", "e2e", "security", "unit", "chaos")
+
+
+def _start_order(item: pytest.Item) -> tuple[int, int]:
+    path = item.path
+    if path.name in SLOW_FIRST:
+        return (0, SLOW_FIRST.index(path.name))
+    tier = path.parent.name
+    return (1, TIER_ORDER.index(tier) if tier in TIER_ORDER else len(TIER_ORDER))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (make test), the slowest modules are handed out first.
+
+    ``--dist loadfile`` keeps a module's tests in one process, so its module-scoped
+    workers and servers start once, as in a plain run, and ``--no-loadscope-reorder``
+    hands modules out in this order. A plain run is left in its own order.
+    (``--dist loadgroup`` would be finer, but pytest-xdist 3.8 marks a group by
+    rewriting ``Item._nodeid``, which pytest 9 no longer reads: every test would be
+    spread alone and each module's workers started in every process.)
+    """
+    if hasattr(config, "workerinput"):
+        items.sort(key=_start_order)  # stable: a module's tests stay together and in order
