@@ -10,7 +10,6 @@ take each other's messages.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,34 +17,16 @@ from pathlib import Path
 import pytest
 from integration_support import gaps
 from kombu import Connection, Queue
+from rabbitmq_support import require_rabbitmq
 
 from toolexec.client import ToolClient
-from toolexec.connection import redact_url
 from toolexec.errors import ErrorType
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply, WorkerProcess
 
 pytestmark = pytest.mark.integration
 
-RABBITMQ_URL = os.environ.get("TOOLEXEC_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
-
-
-def _unreachable(url: str) -> str | None:
-    try:
-        with Connection(url, connect_timeout=2) as conn:
-            conn.ensure_connection(max_retries=1, timeout=2)
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-_why = _unreachable(RABBITMQ_URL)
-if _why is not None:
-    pytest.skip(
-        f"no RabbitMQ reachable at {redact_url(RABBITMQ_URL)} ({_why}); start one or set "
-        "TOOLEXEC_TEST_RABBITMQ_URL to run the RabbitMQ cases",
-        allow_module_level=True,
-    )
+RABBITMQ_URL = require_rabbitmq()
 
 
 @pytest.fixture(scope="module")
