@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from toolexec.fallback.steps import FallbackStep
 
 __all__ = [
+    "ApprovalPolicy",
     "BreakerPolicy",
     "Jitter",
     "RateLimitPolicy",

@@ -376,17 +376,30 @@ def test_calls_and_status_work_through_redis_sentinel(
     ``toolexec status`` finds the master's queues and the worker."""
     own, env = _isolated(settings, sentinel_url)
     proc = _own_worker({**worker_env, **env}, own, tmp_path / "worker.log")
-    try:
-        with ToolClient(own) as tool_client:
-            result = tool_client.call("sec_echo", {"text": "via sentinel"})
+
+    def status() -> dict[str, Any]:
         shown = CliRunner().invoke(
             cli, ["status", "--json"], env={**worker_env, **env}, catch_exceptions=False
         )
+        view: dict[str, Any] = json.loads(shown.output)
+        return view
+
+    def counted(view: dict[str, Any]) -> bool:
+        return any(t["tool"] == "sec_echo" and t["ok"] == 1 for t in view["tools"])
+
+    try:
+        with ToolClient(own) as tool_client:
+            result = tool_client.call("sec_echo", {"text": "via sentinel"})
+        # a worker writes a healthy call's counts with its next flush (a few a second)
+        view = status()
+        deadline = time.monotonic() + 10
+        while not counted(view) and time.monotonic() < deadline:
+            time.sleep(0.1)
+            view = status()
     finally:
         proc.stop()
 
     assert result.ok and result.data == "via sentinel", result
-    view = json.loads(shown.output)
     assert [w["name"] for w in view["workers"]] == [proc.hostname]
     assert own.default_queue in [q["name"] for q in view["queues"]]
     assert next(t for t in view["tools"] if t["tool"] == "sec_echo")["ok"] == 1

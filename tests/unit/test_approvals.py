@@ -6,7 +6,7 @@ import pytest
 
 from toolexec.approvals import Pending, ruling
 from toolexec.errors import ConfigurationError, ErrorType
-from toolexec.fallback import falls_back
+from toolexec.fallback.state import falls_back
 from toolexec.mcp.relay import approval_decision
 from toolexec.policies import ApprovalPolicy
 from toolexec.registry import Registry, tool
