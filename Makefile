@@ -73,12 +73,14 @@ docs: $(STAMP)
 TEST_REDIS_URL ?= redis://127.0.0.1:6379
 # Not run twice: what starts servers of its own whatever the URL (tests/chaos, the demo,
 # the Procfile), the browser test of Flower, the benchmarks' smoke tests (they check that
-# a bench prints its table) and the unit tests; `make test` and `make test-chaos` run
+# a bench prints its table), the MCP conformance suite (it checks the protocol, which
+# no Redis server changes) and the unit tests; `make test` and `make test-chaos` run
 # them once. The rest runs in one process, as `make test` runs the integration tier
 # (under pytest-xdist each process would claim an empty database of its own).
 REDIS_RUN_SKIPS = --ignore=tests/chaos --ignore=tests/e2e --ignore=tests/unit \
 	--ignore=tests/integration/test_demo.py --ignore=tests/integration/test_procfile.py \
-	--ignore-glob='tests/integration/test_*bench*'
+	--ignore-glob='tests/integration/test_*bench*' \
+	--ignore=tests/integration/test_mcp_conformance.py
 test-redis: $(STAMP)
 	TOOLEXEC_TEST_REDIS_URL=$(TEST_REDIS_URL) $(BIN)/pytest $(REDIS_RUN_SKIPS)
 
