@@ -122,6 +122,14 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(
         default=32, gt=0, description="Slots per worker process (calls in parallel)."
     )
+    worker_processes: int | None = Field(
+        default=None,
+        ge=1,
+        le=512,
+        description="Processes of `toolexec worker`, each with its own slots, sharing the "
+        "queues (default: one per core with the default threads pool, else 1; "
+        "`--processes` wins).",
+    )
     worker_max_scheduled: int = Field(
         default=1_000,
         gt=0,

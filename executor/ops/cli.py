@@ -227,8 +227,8 @@ def _tools_served(settings: Settings, mcp_servers: tuple[str, ...]) -> set[str |
     "--processes",
     type=click.IntRange(1, 512),
     default=None,
-    help="Worker processes, each with its own slots, sharing the queues (default: one per "
-    "core with the default threads pool, else 1).",
+    help="Worker processes, each with its own slots, sharing the queues (default: "
+    "TOOLEXEC_WORKER_PROCESSES, else one per core with the default threads pool, else 1).",
 )
 @click.option("--hostname", "-n", default=None, help="Worker name (default: unique per process).")
 @click.option(
@@ -291,6 +291,7 @@ def worker(
         settings.worker_concurrency,
     )
     chosen = pool or concurrency or "worker_pool" in explicit or "worker_concurrency" in explicit
+    processes = processes if processes is not None else settings.worker_processes
     plan = plan_processes(os.cpu_count() or 1, processes, bool(chosen or autoscale))
     if plan.processes > 1:
         _import_tools(settings.tools)  # a bad tools module fails here, once, not per process

@@ -1,5 +1,8 @@
-"""``toolexec worker --processes 2``: two worker processes share the queue, are listed, and
-one that is killed is started again while the other goes on serving."""
+"""``toolexec worker`` with ``TOOLEXEC_WORKER_PROCESSES=2``: two worker processes share the
+queue, are listed, and one that is killed is started again while the other goes on serving.
+
+The setting, not ``--processes``, asks for the two here: each process is itself started
+with ``--processes 1``, so the flag's path (and that it wins over the setting) runs too."""
 
 from __future__ import annotations
 
@@ -44,12 +47,12 @@ def two_processes(
     (tmp_path / "proctools.py").write_text(textwrap.dedent(TOOLS))
     name = f"procs-{uuid.uuid4().hex[:6]}"
     log = tmp_path / "w.log"
-    args = ["--tools", "proctools", "--processes", "2", "-P", "threads", "-c", "2"]
+    args = ["--tools", "proctools", "-P", "threads", "-c", "2"]
     args += ["-Q", "proctools", "-n", f"{name}@localhost"]
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "toolexec", "worker", *args],
-            env={**os.environ, **worker_env},
+            env={**os.environ, **worker_env, "TOOLEXEC_WORKER_PROCESSES": "2"},
             cwd=tmp_path,
             stdout=out,
             stderr=subprocess.STDOUT,

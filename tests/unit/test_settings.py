@@ -108,6 +108,8 @@ def test_the_visibility_timeout_outlasts_the_longest_call(max_timeout: float) ->
         ("TOOLEXEC_WORKER_POOL", "fibers"),
         ("TOOLEXEC_WORKER_CONCURRENCY", "0"),
         ("TOOLEXEC_WORKER_CONCURRENCY", "many"),
+        ("TOOLEXEC_WORKER_PROCESSES", "0"),
+        ("TOOLEXEC_WORKER_PROCESSES", "513"),
         ("TOOLEXEC_MAX_ARGUMENT_BYTES", "-1"),
         ("TOOLEXEC_CATALOG_CACHE_S", "-0.5"),
     ],
