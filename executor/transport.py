@@ -39,6 +39,16 @@ without the record that would hand it on if this worker died too.
 A third makes the same round trip note the message in this consumer's
 held set, and the acknowledgement's remove it (:mod:`toolexec.orphans`), so
 that a killed worker's messages go back to their queues within seconds.
+
+A fourth is for speed: kombu builds a new redis-py client for every command it
+sends outside the polling connection (``conn_or_acquire``: each record, each
+ack, each task event), and building one costs redis-py 8 a table of about 170
+response callbacks, 50-90 µs; at about three a call that was the largest part
+of the worker's CPU per call beyond plain Celery's (a profile with yappi:
+``docs/performance.md``). The channel keeps one per connection pool instead:
+a redis-py client is safe to share between threads (every command borrows a
+connection from the pool), and a new pool (after a reconnect or a fork) gets a
+new client.
 """
 
 from __future__ import annotations
@@ -74,6 +84,7 @@ __all__ = [
 log = logging.getLogger("toolexec.worker")
 
 _SAVED = "_toolexec_conninfo"
+_CLIENT = "_toolexec_client"
 
 #: How long the consumer loop retries recording a message it took: it has nothing
 #: else to do while its Redis is away, and the message is already off the queue.
@@ -197,6 +208,15 @@ class _ChannelChanges:
         else:
             raise redis.ConnectionError("the broker connection was already closed")
         return super()._connparams(asynchronous=asynchronous)  # type: ignore[misc, no-any-return]
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        """The channel's one client for its current pool (kombu builds one per command)."""
+        if asynchronous:  # the polling client, which kombu already keeps (``client``)
+            return super()._create_client(asynchronous=True)  # type: ignore[misc]
+        pool, kept = self.pool, self.__dict__.get(_CLIENT)  # type: ignore[attr-defined]
+        if kept is None or kept.connection_pool is not pool:
+            kept = self.__dict__[_CLIENT] = super()._create_client()  # type: ignore[misc]
+        return kept
 
     def _brpop_start(self, timeout: Any = None) -> None:
         inbox.start(self, timeout, super()._brpop_start)  # type: ignore[misc]

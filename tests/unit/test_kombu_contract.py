@@ -42,6 +42,7 @@ def _params(function: Any) -> list[str]:
         (kombu_redis.Channel, "_brpop_start", ["self", "timeout=None"]),
         (kombu_redis.Channel, "_brpop_read", ["self", "**options"]),
         (kombu_redis.Channel, "_connparams", ["self", "asynchronous=False"]),
+        (kombu_redis.Channel, "_create_client", ["self", "asynchronous=False"]),
         (kombu_redis.QoS, "append", ["self", "message", "delivery_tag"]),
         (kombu_redis.QoS, "_remove_from_indices", ["self", "delivery_tag", "pipe=None"]),
         (kombu_redis.QoS, "restore_by_tag", ["self", "tag", "client=None", "leftmost=False"]),
@@ -92,6 +93,36 @@ def test_kombus_brpop_start_marks_the_wait_as_toolexecs_move_does() -> None:
         assert needed in source
 
 
+def test_kombu_builds_a_client_per_command_through_create_client_and_drops_pools_whole() -> None:
+    """Where the channel's kept client fits in: every command outside the polling connection
+    asks ``_create_client()``, and a reconnect or a fork replaces ``_pool`` itself."""
+    acquire = inspect.getsource(kombu_redis.Channel.conn_or_acquire)
+    assert "yield self._create_client()" in acquire
+    assert "self._async_pool = self._pool = None" in inspect.getsource(
+        kombu_redis.Channel._disconnect_pools
+    )
+    assert "_create_client(asynchronous=True)" in inspect.getsource(kombu_redis.Channel.client.func)
+
+
+def test_the_worker_channel_keeps_one_client_per_pool(redis_url: str) -> None:
+    """kombu's channel builds a client for each command; the worker's keeps one while its
+    pool lives, and builds a new one on the new pool after the old is dropped."""
+    with Connection(redis_url) as conn:
+        stock = conn.default_channel
+        with stock.conn_or_acquire() as first, stock.conn_or_acquire() as second:
+            assert first is not second  # kombu as shipped: what the override saves
+    with Connection(redis_url, transport=WORKER_TRANSPORT) as conn:
+        channel = conn.default_channel
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is second and first.connection_pool is channel.pool
+            assert first.ping()
+        channel._disconnect_pools()
+        with channel.conn_or_acquire() as after:
+            assert after is not first and after.connection_pool is channel.pool
+            assert after.ping()
+        assert channel.client is not after  # the polling client stays kombu's own
+
+
 def test_the_virtual_message_reads_the_envelope_fields_the_envelope_check_covers() -> None:
     source = inspect.getsource(virtual.Message.__init__)
     for field in ("payload['properties']", "properties['delivery_tag']", "'body_encoding'"):
@@ -108,7 +139,8 @@ def test_the_subclasses_are_kombus_own_with_only_the_overrides() -> None:
     assert issubclass(Transport, kombu_redis.Transport)
     assert Transport.Channel is Channel and Channel.QoS is QoS
     assert Transport.driver_type == "redis"
-    assert set(vars(transport._ChannelChanges)) >= {"_connparams", "_brpop_start", "_brpop_read"}
+    overrides = {"_connparams", "_create_client", "_brpop_start", "_brpop_read"}
+    assert set(vars(transport._ChannelChanges)) >= overrides
     assert {"append", "_remove_from_indices"} <= set(vars(QoS))
 
 
