@@ -30,6 +30,7 @@ lint: $(STAMP)
 	rm -rf .typecheck && mkdir -p .typecheck/toolexec
 	cd .typecheck/toolexec && ln -s ../../executor/* . && ln -s ../../tasks tasks && ln -s ../../fallback fallback
 	$(BIN)/mypy
+	$(BIN)/mypy tests/rigs
 	PYTHONPATH=.typecheck $(BIN)/lint-imports
 
 # The suite but the chaos scenarios, in two steps; the second runs even when the first

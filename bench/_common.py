@@ -55,6 +55,8 @@ __all__ = [
 ]
 
 BENCH_DIR = Path(__file__).resolve().parent
+#: The test rigs (chaos, capacity, localcluster) live in tests/rigs/, outside the package.
+sys.path.insert(0, str(BENCH_DIR.parent / "tests"))
 T = TypeVar("T")
 
 

@@ -1,6 +1,6 @@
 """The capacity model as a simulation: checked against this machine, then run where it cannot reach.
 
-Two tables (toolexec.capacity holds the model; tests/unit/test_capacity.py its checks):
+Two tables (rigs.capacity holds the model; tests/unit/test_capacity.py its checks):
 
 1. **The model against this machine.** A local 3-master Redis Cluster and
    RabbitMQ, 2 client processes x 12 threads calling ``scale_plain`` for
@@ -32,11 +32,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from _common import command_line, markdown_table, progress, run_settings
+from rigs.capacity import HOT as HOT_SLOT
+from rigs.capacity import CallCost, Fleet, bottleneck, capacities, simulate, size_fleet
+from rigs.localcluster import LocalCluster
 from scaling import ClusterMeter, rabbit_pid, throughput, tree_cpu, workers
-
-from toolexec.capacity import HOT as HOT_SLOT
-from toolexec.capacity import CallCost, Fleet, bottleneck, capacities, simulate, size_fleet
-from toolexec.localcluster import LocalCluster
 
 BROKER = "amqp://guest:guest@127.0.0.1:5672//"
 CALLERS = 24  # scaling.py: 2 client processes x 12 threads
@@ -47,7 +46,7 @@ DOCS_CALL = CallCost(
     worker_ms=2.8, client_ms=1.7, broker_ms=0.65, redis_ms=0.6, hot_ms=0.2, messages=1.0
 )
 #: The breaker's and the retry budget's scripts a worker process runs per flush of its
-#: tally (toolexec.tally: one record of each per breaker every 0.25 s, whatever the
+#: tally (toolexec.stores.tally: one record of each per breaker every 0.25 s, whatever the
 #: calls), on the breaker's slot: ms of Redis CPU per flush, and flushes a second.
 FLUSH_HOT_MS = 0.2
 FLUSHES_S = 4.0

@@ -4,7 +4,7 @@ Each scenario starts its own Redis (AOF, ``appendfsync always``, like the
 compose file), workers and, for the broker scenario, a RabbitMQ node of its
 own, puts calls in flight plus a steady trickle of short calls, injects the
 fault with SIGKILL (SIGTERM for the rolling restart), and classifies every
-call (``toolexec.chaos``: ok, typed error, lost, hung). Recovery is the time
+call (``rigs.chaos``: ok, typed error, lost, hung). Recovery is the time
 from the dependency's return until a call sent after it succeeded.
 
     python bench/chaos.py                      # every scenario, no soak
@@ -33,8 +33,7 @@ from pathlib import Path
 
 import redis
 from _common import BENCH_DIR, command_line, machine_info, markdown_table, progress
-
-from toolexec.chaos import (
+from rigs.chaos import (
     Fault,
     Load,
     RabbitServer,
@@ -174,7 +173,7 @@ def _soak(root: Path, args: argparse.Namespace) -> Tally:
 def _family(name: str) -> str:
     """A key's family: hash tags and ids replaced by *, so one row counts one kind of key."""
     name = re.sub(r"\{[^}]*\}", "{*}", name)
-    # a consumer's keys (toolexec.orphans) by what they are, not by which process
+    # a consumer's keys (toolexec.transport.orphans) by what they are, not by which process
     name = re.sub(r":consumer:.+?:(alive|held|inboxes|inbox|reaping)\b", r":consumer:*:\1", name)
     return re.sub(r"[0-9a-f]{16,}|[0-9a-f]{8}-[0-9a-f-]{27}|\d+", "*", name)
 
@@ -307,7 +306,7 @@ def main() -> None:
 
 
 def _machine(root: Path) -> list[tuple[str, str]]:
-    from toolexec.chaos import RedisServer
+    from rigs.chaos import RedisServer
 
     server = RedisServer(root, aof=False)
     server.start()

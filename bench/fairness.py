@@ -39,10 +39,10 @@ from _common import command_line, machine_info, markdown_table, progress, run_se
 from overhead import load_average, own_server
 
 from toolexec.client import ToolClient
-from toolexec.fairness_store import FairnessStore
 from toolexec.keys import BrokerKeys
-from toolexec.lanes import take_args
 from toolexec.settings import Settings
+from toolexec.stores.fairness_store import FairnessStore
+from toolexec.transport.lanes import take_args
 
 WEIGHTS = {"w1": 1.0, "w2": 2.0, "w4": 4.0}
 

@@ -28,7 +28,6 @@ import redis
 from _common import command_line, cpu_seconds, interleave, machine_info, markdown_table, median
 from overhead import command_counts, load_average, own_server
 
-from toolexec.batch import Batch
 from toolexec.breaker import BreakerGate, CircuitBreaker, refusal_for
 from toolexec.breaker.layer import BreakerLayer
 from toolexec.clock import SystemClock
@@ -37,18 +36,19 @@ from toolexec.guard import RunGuard
 from toolexec.idempotency import IdempotencyLayer, IdempotencyStore
 from toolexec.keys import Keys
 from toolexec.layers import Attempt, Final, Layer, Outcome
-from toolexec.observe import CallObservers
+from toolexec.layers.batch import Batch
+from toolexec.layers.ratelimit import RateLimiter, RateLimitLayer
+from toolexec.layers.retry_budget import RetryBudget, RetryBudgetLayer
 from toolexec.ops.metrics import Metrics
 from toolexec.payloads import Offloader, open_store
 from toolexec.payloads.offload import PayloadLayer
+from toolexec.pipeline.observe import CallObservers
 from toolexec.policies import RateLimitPolicy
-from toolexec.ratelimit import RateLimiter, RateLimitLayer
 from toolexec.registry import Registry, ToolSpec, tool
 from toolexec.results import ToolResult
-from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
 from toolexec.settings import Settings
-from toolexec.stats import CallStats
-from toolexec.tally import Tally
+from toolexec.stores.stats import CallStats
+from toolexec.stores.tally import Tally
 from toolexec.validation import validate_against_schema
 
 TOOLS = Registry()
@@ -143,7 +143,7 @@ def through(layer: Layer, name: str, **extra: Any) -> Callable[[], None]:
 
 
 #: The fast path's rows flush their tally once per this many calls: one worker process
-#: at about 400 calls/s flushes every 0.25 s (toolexec.tally.FLUSH_S).
+#: at about 400 calls/s flushes every 0.25 s (toolexec.stores.tally.FLUSH_S).
 CALLS_PER_FLUSH = 100
 
 

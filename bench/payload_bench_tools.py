@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 
 from toolexec import tool
-from toolexec.app import app
 from toolexec.policies import BreakerPolicy
+from toolexec.worker.app import app
 
 
 @functools.cache

@@ -50,10 +50,10 @@ from _common import (
 )
 from celery import Celery
 
-from toolexec import liveness
-from toolexec.app import celery_config
 from toolexec.client import ToolClient
 from toolexec.settings import Settings
+from toolexec.stores import liveness
+from toolexec.worker.app import celery_config
 
 KB, MB = 1024, 1024 * 1024
 LATENCY_TARGET = 2.0

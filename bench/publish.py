@@ -27,13 +27,13 @@ import redis
 from _common import command_line, interleave, machine_info, markdown_table, median, run_settings
 from overhead import command_counts, load_average, own_server
 
-from toolexec import liveness
-from toolexec.catalog import publish as publish_catalog
 from toolexec.client import ToolClient
 from toolexec.client.publish import publish
 from toolexec.redaction import shown_kwargs
 from toolexec.registry import default_registry
 from toolexec.results import ToolResult
+from toolexec.stores import liveness
+from toolexec.stores.catalog import publish as publish_catalog
 
 
 def one_by_one(client: ToolClient, batch: Sequence) -> None:  # type: ignore[type-arg]

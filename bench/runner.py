@@ -1,6 +1,6 @@
 """What running a sync tool body under the time limit costs: a thread per call vs reused.
 
-``toolexec.runner.Runner`` used to start a thread for every sync body; it now
+``toolexec.pipeline.runner.Runner`` used to start a thread for every sync body; it now
 hands the body to an idle body thread (or starts one). Both run the same no-op
 body with the same limit, from 1 caller thread and from 8 (a threads worker's
 slots), in interleaved rounds; the figure is CPU µs of this process per call
@@ -20,7 +20,7 @@ from typing import Any
 
 from _common import command_line, interleave, markdown_table, median
 
-from toolexec.runner import Runner
+from toolexec.pipeline.runner import Runner
 
 LIMIT_S = 60.0
 

@@ -41,9 +41,9 @@ from _common import (
     run_settings,
     worker,
 )
+from rigs.localcluster import LocalCluster
 
 from toolexec.client import ToolClient
-from toolexec.localcluster import LocalCluster
 from toolexec.settings import Settings
 
 BROKER = "amqp://guest:guest@127.0.0.1:5672//"

@@ -134,7 +134,7 @@ def push_ask(
     """Put a question no one waits on here to the call's caller (an approval); False: no one to ask.
 
     The answer does not come back on the call's answer list: the front acts on it
-    (``toolexec.approvals`` records a decision).
+    (``toolexec.layers.approvals`` records a decision).
     """
     line = _Line(client, keys, call_id, deadline, clock)
     can = line.can()

@@ -45,9 +45,9 @@ from redis.retry import Retry
 from toolexec.clock import AnchoredClock, Clock
 from toolexec.embedded import ensure_embedded
 from toolexec.errors import ConfigurationError, RedisUnavailableError
-from toolexec.failopen import REDIS_ERRORS
 from toolexec.policies import Jitter, RetryPolicy
 from toolexec.settings import Settings
+from toolexec.stores.failopen import REDIS_ERRORS
 
 __all__ = [
     "BLIPS",
@@ -76,7 +76,7 @@ _SENTINEL_PORT = 26379
 T = TypeVar("T")
 
 #: What a restart or a failover raises, and nothing that a retry would not cure: the
-#: one definition (toolexec.failopen), named for what it is to a waiter.
+#: one definition (toolexec.stores.failopen), named for what it is to a waiter.
 BLIPS = REDIS_ERRORS
 
 #: Pauses between tries while Redis is away: a blip costs a few tenths of a second,

@@ -131,13 +131,13 @@ class CallContext:
     previous_delay: float | None = None
     run_s: float = 0.0
     backoff_s: float = 0.0
-    #: Times a shared rate limit deferred the call (``toolexec.ratelimit``): Celery
+    #: Times a shared rate limit deferred the call (``toolexec.layers.ratelimit``): Celery
     #: counts those as retries, but they used no attempt.
     deferrals: int = 0
     #: The attempt whose rate-limit slot was reserved before it was deferred: it
     #: runs without asking the limiter again.
     slot_for: int | None = None
-    #: Some attempt of this call met an injected fault (``toolexec.faults``).
+    #: Some attempt of this call met an injected fault (``toolexec.layers.faults``).
     injected: bool = False
     #: The caller's tenant (``TOOLEXEC_TENANT``): scopes the call's idempotency record and
     #: its last-good result (``toolexec.fallback.cache``).

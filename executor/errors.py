@@ -100,7 +100,7 @@ class ErrorType(StrEnum):
     INTERNAL_ERROR = "internal_error"
     CIRCUIT_OPEN = "circuit_open"
     RETRY_BUDGET_EXHAUSTED = "retry_budget_exhausted"
-    # Answered by the client: no live worker serves the tool's queue (toolexec.liveness).
+    # Answered by the client: no live worker serves the tool's queue (toolexec.stores.liveness).
     NO_WORKER = "no_worker"
     # The run guard's verdicts (toolexec.guard): not failures of a tool, so never retried.
     TOOL_DISABLED = "tool_disabled"
@@ -111,7 +111,8 @@ class ErrorType(StrEnum):
     WORKER_LOST = "worker_lost"
     # A result past the tool's size limit (toolexec.payloads, http_request): not stored.
     RESULT_TOO_LARGE = "result_too_large"
-    # Human approval (toolexec.approvals): the call never ran; never retried, never falls back.
+    # Human approval (toolexec.layers.approvals): the call never ran; never retried, never falls
+    # back.
     APPROVAL_DENIED = "approval_denied"
     APPROVAL_TIMEOUT = "approval_timeout"
 
@@ -255,7 +256,7 @@ class RetryBudgetExhaustedError(TransientError):
     """A transient failure that was not retried: the tool's retry budget is spent.
 
     Retrying was refused to protect a service that fails for many callers at
-    once (``toolexec.retry_budget``), so the primary is as good as unavailable: a
+    once (``toolexec.layers.retry_budget``), so the primary is as good as unavailable: a
     fallback chain treats this like ``unavailable`` or ``circuit_open``.
     ``details["last_error"]`` is the failure that was not retried.
     """
@@ -285,7 +286,7 @@ class ApprovalDeniedError(ToolException):
 
 
 class AwaitingApprovalError(ToolException):
-    """The call waits for a person's approval, parked in the queue (``toolexec.approvals``).
+    """The call waits for a person's approval, parked in the queue (``toolexec.layers.approvals``).
 
     ``wait_s`` is how long it stays parked before it looks again; None when the
     approval window is over, and the call ends with ``approval_timeout``.

@@ -3,7 +3,7 @@
 A call may name a *fairness key* (a tenant or user id) and a *priority*
 (1 most urgent … 5; 3 when not given). Workers take higher priorities first
 and, within one priority, fairness keys in proportion to their weights
-(:mod:`toolexec.lanes` on Redis; RabbitMQ's message priorities otherwise;
+(:mod:`toolexec.transport.lanes` on Redis; RabbitMQ's message priorities otherwise;
 docs/guides/fairness.md). A call with neither is sent exactly as before: no
 header, so it costs the dispatch nothing.
 

@@ -81,7 +81,7 @@ class Keys:
         return f"{self.prefix}:{{fleet}}:workers:{queue}"
 
     def deadletter(self) -> str:
-        """List: one JSON entry per task message a worker refused (``toolexec.poison``).
+        """List: one JSON entry per task message a worker refused (``toolexec.pipeline.poison``).
 
         Newest first, trimmed to :data:`DEADLETTER_MAX` entries. An entry holds
         the message's id, task, queue, the reason and the body's size and sha256,
@@ -180,7 +180,7 @@ class Keys:
 
         A record that a worker sends again after a broken connection (it may or
         may not have been applied) finds its id here and is not counted twice
-        (``toolexec.batch``, held writes). Same hash tag as :meth:`breaker`.
+        (``toolexec.layers.batch``, held writes). Same hash tag as :meth:`breaker`.
         TTL: the latest member's score (the call's deadline and a margin), after
         which no copy of the record can arrive; members past it are pruned by
         every record, so the set holds at most the calls of one deadline.
@@ -341,7 +341,7 @@ class Keys:
         return f"{self.prefix}:secret:payloads"
 
     def budget(self, name: str) -> str:
-        """Hash: one retry budget (``toolexec.retry_budget``): calls per bucket, or tokens.
+        """Hash: one retry budget (``toolexec.layers.retry_budget``): calls per bucket, or tokens.
 
         TTL: twice the window of a ratio budget, refreshed by every call (older
         buckets no longer count); :data:`BUDGET_IDLE_TTL_S` for a token bucket,
@@ -393,7 +393,7 @@ class Keys:
 
 @dataclass(frozen=True)
 class BrokerKeys:
-    """Keys toolexec keeps beside kombu's own in a Redis *broker* (``toolexec.orphans``).
+    """Keys toolexec keeps beside kombu's own in a Redis *broker* (``toolexec.transport.orphans``).
 
     They live where kombu's ``unacked`` hash lives, which may be another Redis
     than toolexec's state (``TOOLEXEC_BROKER_URL``), because a dead consumer's
@@ -429,7 +429,7 @@ class BrokerKeys:
         return f"{self.prefix}:consumer:{consumer}:held"
 
     def inbox(self, consumer: str, queue: str) -> str:
-        """List: the message ``consumer`` is taking from ``queue`` (``toolexec.inbox``).
+        """List: the message ``consumer`` is taking from ``queue`` (``toolexec.transport.inbox``).
 
         A message moves here with ``BLMOVE`` and leaves in the MULTI/EXEC that
         records it as unacknowledged, so it is almost always empty (and so
@@ -455,7 +455,7 @@ class BrokerKeys:
         """
         return f"{self.prefix}:consumer:{consumer}:reaping"
 
-    # -- fairness lanes (toolexec.lanes) -------------------------------------------
+    # -- fairness lanes (toolexec.transport.lanes) -------------------------------------------
     # A queue's lanes live on the broker, beside the queue, because one script moves a
     # message from the queue into a lane and from a lane into a consumer's inbox. Every
     # key of one queue shares the hash tag ``{queue}``; a broker is one Redis (kombu has

@@ -2,8 +2,8 @@
 
 A policy says *what* should happen (how often to retry, when a breaker opens,
 how much a run may spend); the decision functions that apply it live beside
-their I/O (``toolexec.retry``, ``toolexec.breaker``, ``toolexec.retry_budget``,
-``toolexec.ratelimit``, ``toolexec.guard``) and import it from here. Each
+their I/O (``toolexec.retry``, ``toolexec.breaker``, ``toolexec.layers.retry_budget``,
+``toolexec.layers.ratelimit``, ``toolexec.guard``) and import it from here. Each
 policy checks itself when built, so a bad declaration fails at import time of
 the tool module, and each travels through the catalog as JSON (clients have
 no tool code), so this module imports nothing that talks to Redis.
@@ -348,9 +348,9 @@ class ToolPolicy:
     #: None: 3). ``toolexec.fairness``.
     priority: int | None = None
     #: The most calls of this tool running at once across the fleet (None: no cap); the
-    #: excess waits in a lane of its own (``toolexec.lanes``, a Redis broker).
+    #: excess waits in a lane of its own (``toolexec.transport.lanes``, a Redis broker).
     max_in_flight: int | None = None
-    approval: ApprovalPolicy | None = None  # None: runs without asking (toolexec.approvals)
+    approval: ApprovalPolicy | None = None  # None: runs without asking (toolexec.layers.approvals)
 
     def __post_init__(self) -> None:
         if self.max_in_flight is not None and (

@@ -342,14 +342,14 @@ def tool(
     ``fallbacks`` is the tool's chain (``fallback.Alternative``, ``LastGood``,
     ``Explain``), tried in order when it fails in a way the model cannot fix.
     ``retry_budget`` caps the retries of all callers together (a 10% ratio by
-    default; ``toolexec.retry_budget``); ``rate_limit`` holds the whole fleet to a
-    number of calls per second (``toolexec.ratelimit``; none by default).
+    default; ``toolexec.layers.retry_budget``); ``rate_limit`` holds the whole fleet to a
+    number of calls per second (``toolexec.layers.ratelimit``; none by default).
     ``priority`` is the priority of the tool's calls when a caller names none (1 most
     urgent … 5; 3 by default; ``toolexec.fairness``); ``max_in_flight`` caps the tool's
     calls running at once across the fleet, the excess waiting in a lane of its own (a
-    Redis broker; ``toolexec.lanes``).
+    Redis broker; ``toolexec.transport.lanes``).
     ``approval`` (True, or an :class:`ApprovalPolicy`) makes each call wait for a
-    person's approval before its first attempt (``toolexec.approvals``).
+    person's approval before its first attempt (``toolexec.layers.approvals``).
     """
 
     def register(fn: F) -> F:

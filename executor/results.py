@@ -166,7 +166,7 @@ class ToolResult(BaseModel):
     )
     injected: bool = Field(
         default=False,
-        description="An injected fault (toolexec.faults: an error, latency or a replaced "
+        description="An injected fault (toolexec.layers.faults: an error, latency or a replaced "
         "outcome) shaped some attempt of this call; only ever true in a test setup.",
     )
     _loader: Callable[[PayloadRef], Any] | None = PrivateAttr(default=None)

@@ -464,7 +464,7 @@ def _result_events(result: ToolResult, joined: int) -> None:
 
 
 class AttemptSpans:
-    """The observer hook (toolexec.observe) for results that never met the layers.
+    """The observer hook (toolexec.pipeline.observe) for results that never met the layers.
 
     A call refused before the layers (invalid arguments, a deadline already
     past) and a fallback step's answer are final without a verdict from the

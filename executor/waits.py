@@ -9,7 +9,7 @@ retries fail and the probe fails. So a refused call waits (the executor's
 within its deadline; otherwise it ends at once, saying which defence ended it.
 
 Pure functions of plain numbers: tested without a clock or Redis. The
-executor checks the deadline and spreads the waits (``toolexec.execution``).
+executor checks the deadline and spreads the waits (``toolexec.pipeline.execution``).
 """
 
 from __future__ import annotations

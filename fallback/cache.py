@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 import redis
 import redis.exceptions
 
-from toolexec.batch import Batch, OnError
 from toolexec.clock import Clock
 from toolexec.fallback.steps import LastGood
 from toolexec.keys import Keys
 from toolexec.layers import Attempt, Layer, Outcome, Proceed, Verdict
+from toolexec.layers.batch import Batch, OnError
 from toolexec.normalize import arguments_hash
 
 if TYPE_CHECKING:  # a type only: the registry imports the fallback steps

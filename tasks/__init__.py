@@ -2,7 +2,7 @@
 
 Importing this package (the worker does, through Celery's ``imports``
 setting) turns every tool in the registry, and every tool registered later,
-into a ``tools.<name>`` task on :data:`toolexec.app.app`, and publishes the
+into a ``tools.<name>`` task on :data:`toolexec.worker.app.app`, and publishes the
 catalog when the worker is ready.
 """
 
@@ -13,8 +13,6 @@ from typing import Any
 from celery import signals
 
 from toolexec import tracing
-from toolexec.app import app
-from toolexec.logs import scrub_handlers
 from toolexec.registry import default_registry
 from toolexec.tasks import http, interrupt, lease_sweeper
 from toolexec.tasks.catalog_publisher import (
@@ -26,6 +24,8 @@ from toolexec.tasks.fallback_task import register_fallback_task
 from toolexec.tasks.message_guard import MessageGuard
 from toolexec.tasks.runtime import WorkerRuntime, runtime_of, stop_runtime
 from toolexec.tasks.tool_task import ToolFailed, ToolTask, register_tool_task
+from toolexec.worker.app import app
+from toolexec.worker.logs import scrub_handlers
 
 __all__ = [
     "ToolFailed",
@@ -48,8 +48,8 @@ signals.worker_shutdown.connect(on_worker_shutting_down, weak=False)
 # the successes a process summed and has not written yet are written as it stops
 signals.worker_shutdown.connect(lambda sender, **_: stop_runtime(sender.app), weak=False)
 signals.worker_process_shutdown.connect(lambda **_: stop_runtime(app), weak=False)
-# every log line scrubbed of credentials and kept on one line, under `celery -A toolexec.app
-# worker` too (`toolexec worker` installs the same in toolexec.logs.install)
+# every log line scrubbed of credentials and kept on one line, under `celery -A toolexec.worker.app
+# worker` too (`toolexec worker` installs the same in toolexec.worker.logs.install)
 signals.after_setup_logger.connect(scrub_handlers, weak=False)
 signals.after_setup_task_logger.connect(scrub_handlers, weak=False)
 # hands calls of a worker that died on to live ones (toolexec.idempotency)

@@ -1,7 +1,7 @@
 """Workers publish their catalog when ready, beat while alive, and leave when they stop.
 
 Clients read the catalog to validate and route calls. The heartbeat
-(:mod:`toolexec.liveness`) tells them, and ``toolexec status``, which workers
+(:mod:`toolexec.stores.liveness`) tells them, and ``toolexec status``, which workers
 are alive and which queues they serve, so a call to a queue nobody serves is
 answered at once. A worker that stops cleanly removes itself before it
 finishes its last calls (it takes no new ones), so it is never counted alive
@@ -18,12 +18,12 @@ from typing import Any
 from celery import Celery
 from celery.worker import state as worker_state
 
-from toolexec import catalog, liveness
-from toolexec.app import settings_of
 from toolexec.clock import SystemClock
 from toolexec.keys import Keys
 from toolexec.registry import default_registry
+from toolexec.stores import catalog, liveness
 from toolexec.tasks.runtime import runtime_of
+from toolexec.worker.app import settings_of
 
 __all__ = [
     "CATALOG_EVERY",

@@ -1,7 +1,7 @@
 """The built-in ``http_request`` tool: any HTTP call, classified like every tool.
 
 Responses with error statuses become the typed failures of
-:mod:`toolexec.classify` (429 and 5xx retried with Retry-After honoured,
+:mod:`toolexec.pipeline.classify` (429 and 5xx retried with Retry-After honoured,
 other 4xx returned to the model), so an agent can use a plain HTTP API
 without a tool of its own. It refuses loopback, private, link-local and
 cloud-metadata addresses unless ``TOOLEXEC_HTTP_ALLOW`` lists them
@@ -26,10 +26,10 @@ from typing import Annotated, Any, Literal
 import httpx
 from pydantic import Field
 
-from toolexec.classify import classify_response
 from toolexec.clock import SystemClock
 from toolexec.egress import AsyncGuardedTransport, EgressPolicy
 from toolexec.errors import ResultTooLargeError, ToolTimeoutError
+from toolexec.pipeline.classify import classify_response
 from toolexec.policies import RetryBudgetPolicy
 from toolexec.registry import tool
 
@@ -54,7 +54,7 @@ def _egress(allowed: tuple[str, ...]) -> EgressPolicy:
 
 def _limits() -> tuple[EgressPolicy, int]:
     """The worker's egress policy and response size limit, from its settings."""
-    from toolexec.app import app, settings_of
+    from toolexec.worker.app import app, settings_of
 
     settings = settings_of(app)
     return _egress(tuple(settings.http_allow)), settings.http_max_response_bytes

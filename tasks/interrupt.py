@@ -8,7 +8,7 @@ calls run on while the worker hangs. A thread cannot be killed either, so
 toolexec does what a crash does, on purpose and in order:
 
 * every message this worker holds goes back to its queue at once
-  (:func:`toolexec.orphans.hand_back`), so another worker, or this one
+  (:func:`toolexec.transport.orphans.hand_back`), so another worker, or this one
   restarted, runs the read-only calls again (they are at-least-once anyway);
 * a call that had started keeps its idempotency record and lease
   (:mod:`toolexec.idempotency`): the lease is no longer renewed, and when it
@@ -32,9 +32,9 @@ from typing import Any
 from celery import platforms
 from celery.worker import state as worker_state
 
-from toolexec import orphans
-from toolexec.app import settings_of
 from toolexec.tasks.catalog_publisher import on_worker_shutting_down
+from toolexec.transport import orphans
+from toolexec.worker.app import settings_of
 
 __all__ = ["ARMED_LINE", "install", "kills_jobs", "on_first_interrupt", "stop_line"]
 

@@ -2,15 +2,15 @@
 
 Celery's consumer builds one function that receives every task message
 (``Consumer.create_task_handler``). toolexec's consumer
-(:class:`toolexec.consumer.Consumer`) hands that function to the guard this
+(:class:`toolexec.worker.consumer.Consumer`) hands that function to the guard this
 bootstep creates, and the guard sees each message first, so that:
 
-* a malformed message (``toolexec.poison.message_problem``, or anything
+* a malformed message (``toolexec.pipeline.poison.message_problem``, or anything
   Celery's handler raises while parsing it) is refused: logged once with its
   id and never its body, dead-lettered to ``Keys.deadletter`` and rejected,
   while the worker keeps serving; without it the exception stops the worker;
 * a message whose caller stopped waiting (past its deadline and grace) is
-  acknowledged without running or answering (``toolexec.expiry``);
+  acknowledged without running or answering (``toolexec.pipeline.expiry``);
 * a message for a task this worker lacks (a tool deployed to some workers
   only) is handed back to its queue for a worker that has it, a bounded
   number of times, and then answered and dead-lettered. Celery would log its
@@ -19,9 +19,9 @@ bootstep creates, and the guard sees each message first, so that:
 
 It also refuses a message whose ``eta`` lies beyond its call's deadline (or
 beyond ``eta_horizon_s`` without one), and any with an ``eta`` once the worker
-holds ``worker_max_scheduled`` of them (``toolexec.poison.eta_problem``); and it
+holds ``worker_max_scheduled`` of them (``toolexec.pipeline.poison.eta_problem``); and it
 is where the Redis transport's refusals of items that are no envelope at all
-(:mod:`toolexec.inbox`) are dead-lettered.
+(:mod:`toolexec.transport.inbox`) are dead-lettered.
 
 It is the narrowest seam Celery offers that sees every message before its
 handler does, for every task (tools, the fallback task and Celery's own), and
@@ -43,15 +43,12 @@ from celery.exceptions import InvalidTaskError
 from celery.worker import state as worker_state
 from kombu.exceptions import ContentDisallowed, DecodeError
 
-from toolexec import inbox
-from toolexec.app import settings_of
 from toolexec.connection import fail_fast_client, redis_url
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
-from toolexec.execution import error_result
 from toolexec.keys import DEADLETTER_MAX, DEADLETTER_TTL_S, Keys
-from toolexec.logs import oneline
-from toolexec.poison import (
+from toolexec.pipeline.execution import error_result
+from toolexec.pipeline.poison import (
     HANDBACK_HEADER,
     MAX_HANDBACKS,
     GiveUp,
@@ -63,9 +60,12 @@ from toolexec.poison import (
     short_hash,
     unknown_task_fate,
 )
-from toolexec.replies import deliver
 from toolexec.results import ErrorInfo
+from toolexec.stores.replies import deliver
 from toolexec.tasks.stale import StaleMessages
+from toolexec.transport import inbox
+from toolexec.worker.app import settings_of
+from toolexec.worker.logs import oneline
 
 __all__ = ["MessageGuard"]
 
@@ -230,7 +230,8 @@ class _Guard:
         )
 
     def dead_letter_raw(self, queue: str, item: bytes, reason: str, headers: Any) -> None:
-        """Record an item the transport refused before it became a message (toolexec.inbox)."""
+        """Record an item the transport refused before it became a message
+        (toolexec.transport.inbox)."""
         found = headers if isinstance(headers, Mapping) else {}
         self._record(
             {
@@ -303,5 +304,5 @@ class MessageGuard(bootsteps.Step):  # type: ignore[misc]
 
     def __init__(self, parent: Any, **kwargs: Any) -> None:
         super().__init__(parent, **kwargs)
-        # read by toolexec.consumer.Consumer, which puts it in front of Celery's handler
+        # read by toolexec.worker.consumer.Consumer, which puts it in front of Celery's handler
         parent.toolexec_guard = _Guard(parent)

@@ -33,9 +33,6 @@ from typing import Any
 import redis
 from celery import Celery
 
-from toolexec.app import settings_of
-from toolexec.approvals import ApprovalLayer, ApprovalStore, ask_caller
-from toolexec.batch import Batch
 from toolexec.breaker import CircuitBreaker
 from toolexec.breaker.gate import BreakerGate
 from toolexec.breaker.layer import BreakerLayer
@@ -44,29 +41,32 @@ from toolexec.clock import Clock
 from toolexec.connection import fail_fast_client, fleet_clock, redis_url, through_blips
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
-from toolexec.execution import Executor, Final, error_result, restamped
-from toolexec.failopen import REDIS_ERRORS
 from toolexec.fairness import is_amqp, lane_in, lane_options, with_lane
 from toolexec.fallback.cache import LastGoodCache, LastGoodLayer
 from toolexec.fallback.chain import Action, ChainRunner, Deliver, Send
-from toolexec.faults import FaultConfig, FaultLayer, FaultStore
 from toolexec.idempotency import IdempotencyLayer, IdempotencyStore, Lease, LeaseSweeper, Message
 from toolexec.keys import Keys
-from toolexec.logs import call_fields
-from toolexec.observe import CallObservers, Reporter, reporters
+from toolexec.layers.approvals import ApprovalLayer, ApprovalStore, ask_caller
+from toolexec.layers.batch import Batch
+from toolexec.layers.faults import FaultConfig, FaultLayer, FaultStore
+from toolexec.layers.ratelimit import RateLimiter, RateLimitLayer
+from toolexec.layers.retry_after import RetryAfterCap
+from toolexec.layers.retry_budget import RetryBudget, RetryBudgetLayer
 from toolexec.payloads import worker_payloads
 from toolexec.payloads.offload import result_limit
+from toolexec.pipeline.execution import Executor, Final, error_result, restamped
+from toolexec.pipeline.observe import CallObservers, Reporter, reporters
 from toolexec.policies import RateLimitPolicy
-from toolexec.ratelimit import RateLimiter, RateLimitLayer
 from toolexec.registry import Registry, ToolSpec, default_registry
-from toolexec.replies import DELIVERY_GRACE_S, queue_reply
 from toolexec.results import ErrorInfo, ToolResult
-from toolexec.retry_after import RetryAfterCap
-from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
 from toolexec.settings import Settings
-from toolexec.stats import CallStats
-from toolexec.tally import Tally
+from toolexec.stores.failopen import REDIS_ERRORS
+from toolexec.stores.replies import DELIVERY_GRACE_S, queue_reply
+from toolexec.stores.stats import CallStats
+from toolexec.stores.tally import Tally
 from toolexec.tracing import TracingLayer
+from toolexec.worker.app import settings_of
+from toolexec.worker.logs import call_fields
 
 __all__ = [
     "WorkerRuntime",
@@ -285,7 +285,7 @@ class WorkerRuntime:
     def settle_held(self, ctx: CallContext, batch: Batch, within_s: float | None = None) -> None:
         """The held writes a blip cut off, sent again until the call's deadline, else given up.
 
-        Each is safe to send twice (``toolexec.batch``). One that still cannot
+        Each is safe to send twice (``toolexec.layers.batch``). One that still cannot
         be made is counted in ``toolexec_writes_dropped`` and logged, in one line.
         """
         if not batch.held:
@@ -467,7 +467,7 @@ class _Slot:
 def orphans_covered(celery_app: Celery) -> bool:
     """Whether this worker's broker gives a dead consumer's messages back within seconds.
 
-    Redis through toolexec's transport (``toolexec.orphans``, selected in a
+    Redis through toolexec's transport (``toolexec.transport.orphans``, selected in a
     worker only) and RabbitMQ (on the connection's loss) do: there a read-only
     call needs no lease of its own to be handed on when its worker dies
     (``IdempotencyLayer.lease_reads``; tests/chaos/test_worker_loss.py).

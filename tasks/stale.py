@@ -1,4 +1,5 @@
-"""The Celery side of :mod:`toolexec.expiry`: drop what nobody waits for, and sweep behind it.
+"""The Celery side of :mod:`toolexec.pipeline.expiry`: drop what nobody waits for, and sweep behind
+it.
 
 Called by the message guard (:mod:`toolexec.tasks.message_guard`) for every
 message before Celery's handler; kept apart so the guard stays about poison.
@@ -12,13 +13,13 @@ from typing import Any
 
 import redis
 
-from toolexec.app import settings_of
 from toolexec.clock import Clock
 from toolexec.connection import fleet_clock, redis_client, redis_url
-from toolexec.expiry import SWEEP, DropCounter, abandoned, stale_run
-from toolexec.logs import oneline
 from toolexec.lua import register, script_source
-from toolexec.poison import call_context
+from toolexec.pipeline.expiry import SWEEP, DropCounter, abandoned, stale_run
+from toolexec.pipeline.poison import call_context
+from toolexec.worker.app import settings_of
+from toolexec.worker.logs import oneline
 
 __all__ = ["StaleMessages"]
 

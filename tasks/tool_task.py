@@ -25,10 +25,10 @@ from typing import Any, NoReturn
 from celery import Celery, Task
 from celery.exceptions import Retry as CeleryRetry
 
-from toolexec.batch import Batch
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
-from toolexec.execution import Defer, Final, Retry, Verdict
+from toolexec.layers.batch import Batch
+from toolexec.pipeline.execution import Defer, Final, Retry, Verdict
 from toolexec.redaction import scrub_text, secret_names, shown_kwargs, withhold_arguments
 from toolexec.registry import ToolSpec
 from toolexec.tasks.runtime import WorkerRuntime, attempt_number, runtime_of

@@ -1,7 +1,7 @@
 """Fixtures: a real Redis per test session, a misbehaving HTTP service, real workers.
 
 Redis: with ``TOOLEXEC_TEST_CLUSTER=1``, the session starts a 3-master Redis
-Cluster of its own (:class:`toolexec.localcluster.LocalCluster`, skipped with the
+Cluster of its own (:class:`rigs.localcluster.LocalCluster`, skipped with the
 reason where redis-server is missing) and the broker must be apart from it
 (``TOOLEXEC_TEST_BROKER_URL``, RabbitMQ on loopback by default). With
 ``TOOLEXEC_TEST_REDIS_URL`` set, the suite claims a database on
@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from cluster_support import broker_url, cluster_run
 from database_support import claim_database, release_database
+from rigs.localcluster import ClusterUnavailable, LocalCluster
 
 from toolexec.client import ToolClient
 from toolexec.embedded import ensure_embedded, stop_embedded
-from toolexec.localcluster import ClusterUnavailable, LocalCluster
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, WorkerProcess
 

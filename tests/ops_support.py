@@ -34,9 +34,9 @@ def free_port() -> int:
 def celery(
     env: dict[str, str], *args: str, timeout: float = 30
 ) -> subprocess.CompletedProcess[str]:
-    """``celery -A toolexec.app ARGS`` as an operator would type it."""
+    """``celery -A toolexec.worker.app ARGS`` as an operator would type it."""
     return subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "toolexec.app", *args],
+        [sys.executable, "-m", "celery", "-A", "toolexec.worker.app", *args],
         env={**os.environ, **env},
         capture_output=True,
         text=True,

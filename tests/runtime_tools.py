@@ -13,9 +13,9 @@ from typing import Any
 import redis
 
 from toolexec import tool
-from toolexec.app import app
 from toolexec.policies import BreakerPolicy
 from toolexec.tasks.runtime import runtime_of
+from toolexec.worker.app import app
 
 QUEUE = "runtime-pools"
 NO_BREAKER = BreakerPolicy(enabled=False)

@@ -40,7 +40,7 @@ def _breaker() -> CircuitBreaker:
 
 def known_names(store: CircuitBreaker) -> list[str]:
     """Names a breaker can have: every published tool, and every breaker already used."""
-    from toolexec import catalog
+    from toolexec.stores import catalog
 
     return sorted(set(catalog.read(store.redis, store.keys)) | set(store.names()))
 

@@ -17,11 +17,11 @@ refusal ends counts once, with the service's last real error
 (:func:`_ended_by_refusal`).
 
 The permit is asked for in the attempt's admission round trip and the outcome
-recorded in its settlement round trip (``toolexec.batch``), so the breaker
+recorded in its settlement round trip (``toolexec.layers.batch``), so the breaker
 adds no round trip of its own. On a worker it does less: while the process's
 copy of the breaker's gate (:class:`~toolexec.breaker.gate.BreakerGate`, which
 Redis invalidates) says closed, the attempt is admitted from the copy, and its
-success is added to the process's tally (``toolexec.tally``), written with the
+success is added to the process's tally (``toolexec.stores.tally``), written with the
 next flush; a failure, a slow call or any attempt admitted by the script is
 recorded in the settlement at once, after the successes still pending. When
 an outer layer answers first (a replay, a deferral), the permit was asked for
@@ -34,15 +34,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from toolexec.batch import Batch
 from toolexec.breaker.gate import BreakerGate
 from toolexec.breaker.policy import breaker_name, counts_as_failure
 from toolexec.breaker.store import CircuitBreaker
 from toolexec.breaker.views import Admission, BreakerState, Transition
 from toolexec.errors import TRANSIENT_TYPES, RetryBudgetExhaustedError, ToolException
 from toolexec.layers import Attempt, Final, Layer, Outcome, Proceed, Retry, Verdict
+from toolexec.layers.batch import Batch
 from toolexec.policies import BreakerPolicy
-from toolexec.tally import Tally, Writer
+from toolexec.stores.tally import Tally, Writer
 from toolexec.waits import breaker_wait
 
 __all__ = ["BreakerLayer"]

@@ -41,7 +41,6 @@ from typing import Any, Literal
 import redis
 from redis.commands.core import Script
 
-from toolexec.batch import Batch
 from toolexec.bounds import MAX_SECONDS, bounded_retry_after
 from toolexec.breaker.views import (
     Admission,
@@ -53,10 +52,11 @@ from toolexec.breaker.views import (
 )
 from toolexec.clock import Clock
 from toolexec.errors import ConfigurationError, RedisUnavailableError, UsageError
-from toolexec.failopen import REDIS_ERRORS, FailOpen
 from toolexec.keys import BREAKER_IDLE_TTL_S, Keys
+from toolexec.layers.batch import Batch
 from toolexec.lua import register, script_source
 from toolexec.policies import BreakerPolicy
+from toolexec.stores.failopen import REDIS_ERRORS, FailOpen
 
 __all__ = ["CircuitBreaker"]
 
@@ -353,9 +353,9 @@ class CircuitBreaker:
         """:meth:`record` queued on ``batch``; ``caused`` gets the transition, if any.
 
         ``write`` (an id, and until when to remember it) makes the record a held
-        write that counts once however often it is sent (``toolexec.batch``).
+        write that counts once however often it is sent (``toolexec.layers.batch``).
         ``successes``: a success record standing for that many calls (a worker's
-        sum of them, ``toolexec.tally``).
+        sum of them, ``toolexec.stores.tally``).
         """
         _check_name(name)
         if admission.name != name:

@@ -11,9 +11,9 @@ import time
 
 import redis
 
-from toolexec import catalog
 from toolexec.connection import unavailable
 from toolexec.keys import Keys
+from toolexec.stores import catalog
 
 __all__ = ["CatalogCache"]
 

@@ -19,7 +19,6 @@ from typing import Any
 
 from toolexec.bounds import checked_id, checked_timeout, depth_problem, text_problem, too_deep
 from toolexec.breaker import BreakerGate
-from toolexec.catalog import CatalogEntry
 from toolexec.client.catalog_cache import CatalogCache
 from toolexec.client.payloads import ClientPayloads
 from toolexec.clock import Clock
@@ -27,11 +26,12 @@ from toolexec.context import CallContext
 from toolexec.errors import CircuitOpenError, ErrorType, UsageError
 from toolexec.fairness import NO_LANE, Lane, checked_cap, checked_priority
 from toolexec.fallback.state import FALLBACK_TASK, ChainState
-from toolexec.liveness import LiveQueues, no_catalog_info, no_worker_info
 from toolexec.policies import BreakerPolicy
 from toolexec.redaction import secret_names
 from toolexec.results import ErrorInfo, ToolResult, error_info, error_result
 from toolexec.settings import Settings
+from toolexec.stores.catalog import CatalogEntry
+from toolexec.stores.liveness import LiveQueues, no_catalog_info, no_worker_info
 from toolexec.validation import validate_against_schema
 
 __all__ = [
@@ -66,7 +66,7 @@ class PreparedCall:
     task: str | None = None
     #: Whether the tool writes: a call of it left without an answer ends ``unknown``.
     side_effects: bool = False
-    #: (tool, max_in_flight) when the tool caps its calls in flight (toolexec.lanes).
+    #: (tool, max_in_flight) when the tool caps its calls in flight (toolexec.transport.lanes).
     tool_cap: tuple[str, int] | None = None
 
 

@@ -114,7 +114,7 @@ def broker_app(settings: Settings) -> Celery:
     worker's own parts (its consumer, its transport) are named there by
     string and load only in a worker.
     """
-    from toolexec.app import create_app
+    from toolexec.worker.app import create_app
 
     return create_app(settings, sending_only=True)
 

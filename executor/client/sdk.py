@@ -22,11 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import Span
 
-from toolexec import catalog
 from toolexec.adapters import Format, arun_round, run_round
 from toolexec.bounds import checked_id
 from toolexec.breaker import BreakerGate, CircuitBreaker
-from toolexec.catalog import DefinitionFormat
 from toolexec.client.catalog_cache import CatalogCache
 from toolexec.client.guarded import begin_round
 from toolexec.client.payloads import ClientPayloads
@@ -39,12 +37,14 @@ from toolexec.errors import InfrastructureError
 from toolexec.fairness import NO_LANE, Lane
 from toolexec.guard import RunGuard
 from toolexec.keys import Keys
-from toolexec.liveness import LiveQueues
 from toolexec.payloads import PayloadPage
 from toolexec.policies import RunBudget
-from toolexec.replies import ReplyBox
 from toolexec.results import PayloadRef, ToolResult
 from toolexec.settings import Settings
+from toolexec.stores import catalog
+from toolexec.stores.catalog import DefinitionFormat
+from toolexec.stores.liveness import LiveQueues
+from toolexec.stores.replies import ReplyBox
 from toolexec.tracing import configure, end_call, start_call
 
 if TYPE_CHECKING:

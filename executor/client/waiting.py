@@ -1,7 +1,7 @@
 """Waiting for a batch of calls: one reply list per batch, never past the deadlines.
 
 Each call's result comes back on its batch's reply list
-(:class:`~toolexec.replies.ReplyBox`). A call with no answer by its deadline
+(:class:`~toolexec.stores.replies.ReplyBox`). A call with no answer by its deadline
 (plus a small grace) gets a ``deadline_exceeded`` result (``unknown`` for a
 tool with side effects, which may have run) that says whether any worker has
 been seen: the client never waits forever. Once a call is published the wait
@@ -18,15 +18,15 @@ from typing import Any
 
 import redis
 
-from toolexec import catalog
 from toolexec.client.prepare import PreparedCall, not_sent_info
 from toolexec.clock import Clock
 from toolexec.connection import BLIPS, async_reply_client, reply_client, unavailable
 from toolexec.errors import ErrorType
 from toolexec.keys import Keys
-from toolexec.liveness import ALIVE_WINDOW_S
-from toolexec.replies import BLOCK_S, ReplyBox
 from toolexec.results import ErrorInfo, PayloadRef, ToolResult, error_result
+from toolexec.stores import catalog
+from toolexec.stores.liveness import ALIVE_WINDOW_S
+from toolexec.stores.replies import BLOCK_S, ReplyBox
 
 __all__ = ["ReplyWaiter"]
 

@@ -16,13 +16,13 @@ import redis
 from toolexec.clock import Clock, SystemClock
 from toolexec.connection import unavailable
 from toolexec.errors import UsageError
-from toolexec.failopen import REDIS_ERRORS
 from toolexec.guard.model import GuardedResult, RoundPlan, RunState, RunView
 from toolexec.guard.planning import plan_round, settle_round
 from toolexec.keys import RUN_IDLE_TTL_S, Keys
 from toolexec.lua import register, script_source
 from toolexec.policies import RunBudget
 from toolexec.results import ToolResult
+from toolexec.stores.failopen import REDIS_ERRORS
 
 __all__ = ["RunGuard"]
 

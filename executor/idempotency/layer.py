@@ -19,8 +19,6 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from toolexec.batch import Batch
-from toolexec.classify import classify_exception
 from toolexec.clock import Clock, SystemClock
 from toolexec.connection import through_blips
 from toolexec.errors import (
@@ -29,8 +27,6 @@ from toolexec.errors import (
     UnavailableError,
     WorkerLostError,
 )
-from toolexec.execution import error_info, error_result, restamped
-from toolexec.failopen import REDIS_ERRORS
 from toolexec.idempotency.records import (
     UNCERTAIN_TYPES,
     Claim,
@@ -45,10 +41,14 @@ from toolexec.idempotency.records import (
 from toolexec.idempotency.renewer import LeaseKeeper
 from toolexec.idempotency.store import IdempotencyStore
 from toolexec.layers import Attempt, Defer, Final, Layer, NoReply, Outcome, Proceed, Retry, Verdict
+from toolexec.layers.batch import Batch
 from toolexec.normalize import arguments_hash
+from toolexec.pipeline.classify import classify_exception
+from toolexec.pipeline.execution import error_info, error_result, restamped
+from toolexec.pipeline.runner import Runner
 from toolexec.registry import ToolSpec
 from toolexec.results import ToolResult
-from toolexec.runner import Runner
+from toolexec.stores.failopen import REDIS_ERRORS
 
 __all__ = ["UNKNOWN_SUGGESTION", "IdempotencyLayer", "as_unknown"]
 
@@ -144,7 +144,7 @@ class IdempotencyLayer(Layer):
         self.store = store
         #: Whether a read-only call without a key holds a lease (``call_mode`` "lease").
         #: A worker whose broker gives a dead consumer's messages back within seconds
-        #: (``toolexec.orphans``; RabbitMQ on its own) needs none: that hands the call
+        #: (``toolexec.transport.orphans``; RabbitMQ on its own) needs none: that hands the call
         #: on as fast, without a record written and deleted per call.
         self.lease_reads = lease_reads
         self.keeper = LeaseKeeper(store, store.lease_s / 3)

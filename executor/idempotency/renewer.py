@@ -16,10 +16,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from toolexec.failopen import REDIS_ERRORS
 from toolexec.idempotency.records import Lease
 from toolexec.idempotency.store import IdempotencyStore
 from toolexec.idempotency.ticks import run_every
+from toolexec.stores.failopen import REDIS_ERRORS
 
 __all__ = ["LeaseKeeper"]
 

@@ -18,7 +18,6 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from toolexec.batch import Batch
 from toolexec.clock import Clock
 from toolexec.context import CallContext
 from toolexec.idempotency.records import (
@@ -31,6 +30,7 @@ from toolexec.idempotency.records import (
     Mode,
 )
 from toolexec.keys import Keys
+from toolexec.layers.batch import Batch
 from toolexec.lua import register, script_source
 from toolexec.results import ToolResult
 

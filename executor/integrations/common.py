@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from toolexec.bounds import checked_id
-from toolexec.catalog import Catalog, CatalogEntry
 from toolexec.errors import UsageError
+from toolexec.stores.catalog import Catalog, CatalogEntry
 
 if TYPE_CHECKING:
     from toolexec.client import ToolClient

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 from agents import FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
-from toolexec.catalog import CatalogEntry
 from toolexec.integrations.common import RunIds, decoded, run_id_in, selected
+from toolexec.stores.catalog import CatalogEntry
 from toolexec.strict import from_strict, strict_or_none
 
 if TYPE_CHECKING:

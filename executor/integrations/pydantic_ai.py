@@ -27,8 +27,8 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from toolexec.catalog import CatalogEntry
 from toolexec.integrations.common import run_id_in, selected
+from toolexec.stores.catalog import CatalogEntry
 from toolexec.strict import from_strict, strict_or_none
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 -- ARGV: now, failed, slow, retry_after, generation, permit, N, rate, window, min_calls,
 --       open_s, M, idle_ttl, write id, keep, open_factor, max_open_s, successes  (N and rate:
 --       0 = off; retry_after, generation, write id: '' = none; successes: how many calls
---       a success record stands for, a worker's sum of them (toolexec.tally), else 1).
+--       a success record stands for, a worker's sum of them (toolexec.stores.tally), else 1).
 --       KEYS[4]: the record ids
 --       seen (prelude's once): a record sent again after a broken connection is counted
 --       once. Each trip that follows the last without a calm spell (closed for twice

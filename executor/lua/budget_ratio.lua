@@ -1,7 +1,7 @@
 -- A ratio retry budget. KEYS = {the budget's hash, its retries (sorted set)}.
 -- ARGV = now ('' = Redis TIME), operation (call | spend | peek | ok | fail | release),
 -- window_s, ratio, min_retries, buckets, write id, keep, retry id, calls (how many calls a
--- 'call' counts: a worker's sum of them, toolexec.tally; default 1); KEYS[3], the write ids seen
+-- 'call' counts: a worker's sum of them, toolexec.stores.tally; default 1); KEYS[3], the write ids seen
 -- (prelude's once): a 'call' sent again after a broken connection is counted once.
 -- Calls are counted per bucket in the hash ('c:<bucket>'), and so are the retries
 -- that settled ('o:' succeeded, 'f:' failed); buckets older than the window are

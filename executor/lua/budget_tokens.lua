@@ -1,7 +1,7 @@
 -- A token-bucket retry budget (gRPC retry throttling). KEYS[1] = the budget's hash.
 -- ARGV = now (unused), operation (fail | succeed | spend | peek), max_tokens,
 -- token_ratio, idle TTL (s), write id, keep, successes (how many a 'succeed' stands for:
--- a worker's sum of them, toolexec.tally; default 1); KEYS[3], the write ids seen (prelude's
+-- a worker's sum of them, toolexec.stores.tally; default 1); KEYS[3], the write ids seen (prelude's
 -- once): an outcome sent again after a broken connection is counted once. A bucket
 -- nobody touched for the idle TTL expires and starts full again.
 local KEY = KEYS[1]

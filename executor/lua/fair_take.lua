@@ -1,4 +1,4 @@
--- One consumer's take from a queue with lanes (toolexec.lanes): atomic, so a call is
+-- One consumer's take from a queue with lanes (toolexec.transport.lanes): atomic, so a call is
 -- always in exactly one of the queue, a lane, the consumer's inbox or kombu's unacked
 -- record (the inbox is emptied by the MULTI that writes that record).
 --

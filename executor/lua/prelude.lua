@@ -7,7 +7,7 @@ local function clock(arg)
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
 -- Exactly-once for a write that may be sent again after a broken connection
--- (toolexec.batch, held writes): whether write `id` is new, remembered in the sorted
+-- (toolexec.layers.batch, held writes): whether write `id` is new, remembered in the sorted
 -- set `key` (in the caller's hash tag) until `keep` (epoch s, the call's deadline and a
 -- margin), after which no copy of it can arrive. '' = no id: always new.
 local function once(key, id, keep, now)

@@ -1,4 +1,4 @@
--- Counts one attempt's end in its bucket's stats hash (toolexec.stats).
+-- Counts one attempt's end in its bucket's stats hash (toolexec.stores.stats).
 -- KEYS = {the bucket's hash, its write ids seen (prelude's once)}.
 -- ARGV = now, write id ('' = none), keep, the hash's TTL (s), the minute, the oldest
 -- minute kept, then counter, amount pairs. Fields are '<minute>|<tool>|<counter>'; the

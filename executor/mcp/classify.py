@@ -16,7 +16,6 @@ import httpx2
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from toolexec.classify import classify_response
 from toolexec.errors import (
     ClientError,
     InvalidArgumentsError,
@@ -26,6 +25,7 @@ from toolexec.errors import (
     UnavailableError,
     UnknownToolError,
 )
+from toolexec.pipeline.classify import classify_response
 
 __all__ = [
     "HttpStatus",

@@ -137,7 +137,7 @@ class Relay:
         await self._answer(number, answer)
 
     async def _approve(self, params: Mapping[str, Any]) -> None:
-        """Ask the client's user to approve the call; record the answer (toolexec.approvals).
+        """Ask the client's user to approve the call; record the answer (toolexec.layers.approvals).
 
         A cancelled or failed question records nothing: an operator may still decide.
         """

@@ -33,7 +33,6 @@ from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 
-from toolexec.approvals import ApprovalStore, Decision
 from toolexec.client import ToolClient
 from toolexec.client.prepare import PreparedCall
 from toolexec.client.publish import publish
@@ -42,6 +41,7 @@ from toolexec.errors import InfrastructureError, PayloadUnavailableError, UsageE
 from toolexec.fairness import NO_LANE
 from toolexec.guard import RoundPlan, RunGuard
 from toolexec.keys import REPLY_TTL_S
+from toolexec.layers.approvals import ApprovalStore, Decision
 from toolexec.mcp.mapping import (
     READ_PAYLOAD,
     RESOURCE_NOT_FOUND,
@@ -64,10 +64,10 @@ from toolexec.mcp.mapping import (
     to_tool,
 )
 from toolexec.mcp.relay import Relay, can_answer
-from toolexec.replies import ReplyBox
 from toolexec.results import ToolResult
 from toolexec.settings import Settings
-from toolexec.stats import running_attempt
+from toolexec.stores.replies import ReplyBox
+from toolexec.stores.stats import running_attempt
 
 __all__ = ["McpFront"]
 
@@ -167,7 +167,7 @@ class McpFront:
         self._subscriptions.pop(session_id, None)
 
     async def decide(self, call_id: str, decision: str, reason: str | None) -> None:
-        """Record the client's answer to an approval question (``toolexec.approvals``)."""
+        """Record the client's answer to an approval question (``toolexec.layers.approvals``)."""
         store = ApprovalStore(self.client.redis, self.client.keys)
         verdict: Decision = "approved" if decision == "approved" else "denied"
         await asyncio.to_thread(store.decide, call_id, verdict, "mcp-client", reason)
@@ -512,7 +512,7 @@ class _Call:
         """While the call is in flight: which attempt runs, or that it waits for the next one.
 
         Only when the client sent a progress token. The attempt comes from the
-        workers' list of running attempts (``toolexec.stats``), so the message can
+        workers' list of running attempts (``toolexec.stores.stats``), so the message can
         tell a running attempt from a backoff between two.
         """
         if not _progress_token(self.ctx.meta):

@@ -2,7 +2,7 @@
 
 Attach with ``cli.add_command(approvals)``. A call of a tool declared with
 ``@tool(approval=...)`` waits, parked in the queue, until someone decides
-(``toolexec.approvals``); an operator decides here, an MCP client's user by
+(``toolexec.layers.approvals``); an operator decides here, an MCP client's user by
 answering the question the front puts to them. The first decision stands.
 """
 
@@ -13,7 +13,7 @@ import time
 
 import click
 
-from toolexec.approvals import ApprovalStore, Decision
+from toolexec.layers.approvals import ApprovalStore, Decision
 
 __all__ = ["approvals"]
 

@@ -275,7 +275,7 @@ def worker(
     """Run a worker that executes tool calls: one process per core by default."""
     pool = _autoscale_pool(pool, autoscale)
     _tool_specs(tools)
-    from toolexec.app import app, settings_of
+    from toolexec.worker.app import app, settings_of
 
     settings = settings_of(app)
     _check_servers(settings, connect_wait)

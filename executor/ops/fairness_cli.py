@@ -1,7 +1,7 @@
 """``toolexec fairness``: fairness keys' weights and ``max_in_flight``, fleet-wide.
 
 Attach with ``cli.add_command(fairness)``. Settings live on the Redis broker,
-beside the lanes whose script reads them (:mod:`toolexec.fairness_store`); the
+beside the lanes whose script reads them (:mod:`toolexec.stores.fairness_store`); the
 next call taken uses them. On RabbitMQ there are no lanes (docs/guides/fairness.md).
 """
 
@@ -12,8 +12,8 @@ import json
 import click
 
 from toolexec.errors import UsageError
-from toolexec.fairness_store import FairnessStore
 from toolexec.ops.cli_support import reported
+from toolexec.stores.fairness_store import FairnessStore
 
 __all__ = ["fairness"]
 

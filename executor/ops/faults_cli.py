@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from toolexec.errors import ConfigurationError, ErrorType
-from toolexec.faults import INJECTABLE, FaultConfig, FaultStore
+from toolexec.layers.faults import INJECTABLE, FaultConfig, FaultStore
 from toolexec.ops.cli_support import reported as _reported
 
 __all__ = ["faults"]

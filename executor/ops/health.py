@@ -3,7 +3,7 @@
 A process check passes for a worker whose consumer stopped polling after a
 broker reconnect (Celery's long line of such reports), so the probe looks at
 what a stall leaves behind, for each worker of this host (their beat files,
-:mod:`toolexec.consumer`):
+:mod:`toolexec.worker.consumer`):
 
 - its consumer loop has not written a beat for ``--stall`` seconds while the
   broker answers (while the broker is down, waiting is right and a restart
@@ -32,10 +32,10 @@ import click
 import redis
 
 from toolexec.connection import redis_client, redis_url
-from toolexec.consumer import Beat, read_beats
 from toolexec.keys import Keys
 from toolexec.ops.processes import process_label
 from toolexec.settings import Settings
+from toolexec.worker.consumer import Beat, read_beats
 
 __all__ = ["Evidence", "Limits", "health", "judge", "oldest_age"]
 

@@ -14,7 +14,7 @@ caller waits, fallbacks taken and payloads offloaded, and breaker states.
   so every worker reports the fleet-wide state of every breaker, however it
   changed; transitions this process caused are counted from the breaker's
   listeners.
-* :class:`Metrics` is a :class:`toolexec.observe.Reporter`: ``toolexec
+* :class:`Metrics` is a :class:`toolexec.pipeline.observe.Reporter`: ``toolexec
   worker`` registers it (:func:`install`), and the worker's runtime feeds it
   the task's observer hooks, fallbacks, offloads, dropped writes and breaker
   transitions. Nothing in the worker's core imports this module, so
@@ -154,7 +154,7 @@ class Metrics:
         self._starts: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
 
-    # -- observer hooks (see toolexec.observe) ------------------------------
+    # -- observer hooks (see toolexec.pipeline.observe) ------------------------------
 
     def started(self, tool: str, call_id: str, attempt: int, lease_until: float) -> None:
         self.in_flight.labels(tool).inc()
@@ -225,7 +225,7 @@ def install() -> None:
     Registered as a factory: a prefork child makes its own metrics when its
     runtime is built, after the fork.
     """
-    from toolexec.observe import add_reporter
+    from toolexec.pipeline.observe import add_reporter
 
     add_reporter(metrics)
 
@@ -302,7 +302,7 @@ class QueueDepthCollector:
 
 
 class LaneCollector:
-    """What waits in each queue's fairness lanes (``toolexec.lanes``), read on scrape.
+    """What waits in each queue's fairness lanes (``toolexec.transport.lanes``), read on scrape.
 
     ``toolexec_lane_waiting{queue,priority}`` and ``toolexec_lane_oldest_seconds``
     per priority, and ``toolexec_fairness_key_waiting{queue,priority,key}`` for the

@@ -10,7 +10,7 @@ orphan watch, all consuming the same queues, and watches them:
 * each process is named ``<name>.p<i>@<host>`` (the name the worker would
   have had, and its index), so ``toolexec status`` and ``toolexec health``
   show them apart, and the broker sees one consumer per process (the orphan
-  watch gives a dead process's messages back to the others: ``toolexec.orphans``);
+  watch gives a dead process's messages back to the others: ``toolexec.transport.orphans``);
 * a process that exits while the worker is not stopping is started again
   after a second; its calls in flight come back through the orphan watch
   (one that exits with a start-up error's code stops the worker instead);

@@ -1,6 +1,6 @@
 """Operators' commands: ``toolexec flower`` and ``toolexec embedded serve``.
 
-``toolexec flower`` is ``celery -A toolexec.app flower`` for the configured
+``toolexec flower`` is ``celery -A toolexec.worker.app flower`` for the configured
 broker, with basic auth from settings: the credentials travel to Flower in its
 own ``FLOWER_BASIC_AUTH`` environment variable, so they never show in ``ps``,
 in a Procfile or in a log line. Flower's REST API and task pages reveal
@@ -190,7 +190,7 @@ def flower(address: str | None, port: int | None, flower_args: tuple[str, ...]) 
     _clean_environment()
     if auth is not None:
         os.environ["FLOWER_BASIC_AUTH"] = auth
-    from toolexec.app import app
+    from toolexec.worker.app import app
 
     register_published_tools(app, settings)
     argv = [
@@ -226,9 +226,9 @@ def register_published_tools(celery_app: Any, settings: Settings) -> list[str]:
     published (a task that refuses to run), next to toolexec's own tasks.
     """
     import toolexec.tasks  # noqa: F401  (toolexec.fallback and the built-in tools)
-    from toolexec import catalog
     from toolexec.connection import redis_client, redis_url
     from toolexec.keys import Keys
+    from toolexec.stores import catalog
 
     try:
         with contextlib.closing(redis_client(redis_url(settings), socket_timeout=5.0)) as client:

@@ -4,7 +4,7 @@ Queue depths come from the broker (``LLEN`` of each tool queue and its
 priority sub-queues on Redis, a passive ``queue_declare`` on RabbitMQ);
 workers from the catalog heartbeats (and, with ``--ping``, from a Celery
 ping); breakers from their Redis state; calls in flight and the last minutes'
-retry and failure rates from the workers' counters (:mod:`toolexec.stats`).
+retry and failure rates from the workers' counters (:mod:`toolexec.stores.stats`).
 Everything is read, nothing is changed, except that leases of attempts whose
 worker died are pruned.
 """
@@ -19,16 +19,16 @@ import click
 import redis
 from kombu.transport.redis import PRIORITY_STEPS, Channel
 
-from toolexec import catalog as catalog_mod
 from toolexec.breaker import CircuitBreaker
 from toolexec.connection import redact_url, redis_client, redis_url, unavailable
-from toolexec.fairness_store import FairnessStore, QueueLanes
 from toolexec.keys import BrokerKeys, Keys
-from toolexec.liveness import scheduled_counts, workers_alive
 from toolexec.ops.cli_support import reported
 from toolexec.ops.processes import process_label
 from toolexec.settings import Settings
-from toolexec.stats import CallStats
+from toolexec.stores import catalog as catalog_mod
+from toolexec.stores.fairness_store import FairnessStore, QueueLanes
+from toolexec.stores.liveness import scheduled_counts, workers_alive
+from toolexec.stores.stats import CallStats
 
 __all__ = ["amqp_depths", "gather", "queue_names", "redis_depths", "status"]
 
@@ -81,7 +81,8 @@ def amqp_depths(url: str, names: Sequence[str]) -> dict[str, int | None]:
 def redis_lanes(
     client: redis.Redis, names: Sequence[str], prefix: str, now: float
 ) -> dict[str, QueueLanes]:
-    """What waits in each queue's fairness lanes (toolexec.lanes), by priority and top keys."""
+    """What waits in each queue's fairness lanes (toolexec.transport.lanes), by priority and top
+    keys."""
     store = FairnessStore(client, BrokerKeys(prefix))
     return {name: store.lanes(name, now) for name in names}
 
@@ -133,7 +134,7 @@ def _workers(client: redis.Redis, keys: Keys, now: float, pinged: set[str] | Non
 
 
 def _ping(settings: Settings, timeout: float) -> set[str]:
-    from toolexec.app import create_app
+    from toolexec.worker.app import create_app
 
     celery_app = create_app(settings)
     try:
@@ -144,7 +145,7 @@ def _ping(settings: Settings, timeout: float) -> set[str]:
 
 
 def _tools(stats: CallStats, catalog: catalog_mod.Catalog, minutes: int) -> list[dict[str, Any]]:
-    from toolexec.stats import ToolStats
+    from toolexec.stores.stats import ToolStats
 
     seen = stats.window(minutes)
     names = sorted(set(seen) | set(catalog))

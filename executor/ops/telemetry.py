@@ -54,8 +54,8 @@ def start(settings: Settings, metrics_port: int | None) -> list[str]:
     Returns Celery's global options to put before ``worker``: with JSON logs,
     ``--quiet`` drops the text banner, so that every line is JSON.
     """
-    from toolexec.logs import install
     from toolexec.ops import metrics
+    from toolexec.worker.logs import install
 
     install(settings.log_format)
     metrics.install()  # the runtime's reporter: the core never imports prometheus_client
@@ -91,10 +91,10 @@ def _serve(settings: Settings, metrics_port: int) -> None:
 
 def queue_depths(settings: Settings) -> Callable[[], dict[str, int | None]]:
     """What ``toolexec_queue_depth`` reads on each scrape: every published tool's queue."""
-    from toolexec import catalog
     from toolexec.connection import fail_fast_client, redis_url
     from toolexec.keys import Keys
     from toolexec.ops.status import amqp_depths, queue_names, redis_depths, redis_lanes
+    from toolexec.stores import catalog
 
     url = redis_url(settings)
     client = fail_fast_client(url)
@@ -117,10 +117,10 @@ def queue_depths(settings: Settings) -> Callable[[], dict[str, int | None]]:
 
 def lane_views(settings: Settings) -> Callable[[], dict[str, Any]]:
     """What the lane metrics read on each scrape: each queue's lanes on a Redis broker."""
-    from toolexec import catalog
     from toolexec.connection import fail_fast_client, redis_url
     from toolexec.keys import Keys
     from toolexec.ops.status import queue_names, redis_lanes
+    from toolexec.stores import catalog
 
     url = redis_url(settings)
     client = fail_fast_client(url)

@@ -205,7 +205,7 @@ class PayloadLayer(Layer):
     ) -> None:
         self.offloader = offloader
         self.settings = settings
-        # (tool, bytes, kind): the worker's observers (toolexec.observe), e.g. its metrics
+        # (tool, bytes, kind): the worker's observers (toolexec.pipeline.observe), e.g. its metrics
         self.on_offload = on_offload
 
     def ttl_for(self, spec: ToolSpec) -> float:

@@ -15,8 +15,8 @@ from redis.client import NEVER_DECODE
 
 from toolexec.connection import redis_client
 from toolexec.errors import PayloadMissingError, PayloadStoreUnavailableError
-from toolexec.failopen import REDIS_ERRORS
 from toolexec.keys import Keys
+from toolexec.stores.failopen import REDIS_ERRORS
 
 __all__ = ["RedisPayloadStore"]
 

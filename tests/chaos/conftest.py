@@ -1,7 +1,7 @@
 """The chaos scenarios: each test starts its own Redis, broker and workers and kills them.
 
 They use no session fixture of the other suites: a server a test kills must
-be its own. The rig and the scenarios are ``toolexec.chaos``, shared with
+be its own. The rig and the scenarios are ``rigs.chaos``, shared with
 ``bench/chaos.py``; the workers load ``bench/chaos_tools.py``.
 """
 
@@ -12,8 +12,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
-
-from toolexec.chaos import Rig, rig
+from rigs.chaos import Rig, rig
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BENCH
-
-from toolexec.chaos import (
+from rigs.chaos import (
     Fault,
     RabbitServer,
     fail_over,

@@ -9,8 +9,7 @@ unacknowledged record at that moment: 0 lost, 0 hung, every one of them ok.
 from __future__ import annotations
 
 import pytest
-
-from toolexec.chaos import Fault, Rig, kill_worker, restart_redis, run_fault
+from rigs.chaos import Fault, Rig, kill_worker, restart_redis, run_fault
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.timeout(240)]
 

@@ -10,8 +10,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 import pytest
-
-from toolexec.chaos import Rig, wait_until
+from rigs.chaos import Rig, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.timeout(120)]
 

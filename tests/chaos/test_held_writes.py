@@ -25,21 +25,21 @@ import redis
 from prometheus_client import CollectorRegistry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from rigs.chaos import RedisServer, Rig, wait_until
 
-from toolexec.app import create_app
-from toolexec.batch import Batch
 from toolexec.breaker import CircuitBreaker
-from toolexec.chaos import RedisServer, Rig, wait_until
 from toolexec.clock import SystemClock
 from toolexec.connection import redis_client
 from toolexec.context import CallContext
 from toolexec.keys import WRITE_ID_MARGIN_S, Keys
+from toolexec.layers.batch import Batch
+from toolexec.layers.retry_budget import RetryBudget
 from toolexec.ops.metrics import Metrics
 from toolexec.policies import BreakerPolicy, RetryBudgetPolicy
-from toolexec.retry_budget import RetryBudget
 from toolexec.settings import Settings
-from toolexec.stats import CallStats
+from toolexec.stores.stats import CallStats
 from toolexec.tasks.runtime import WorkerRuntime
+from toolexec.worker.app import create_app
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.timeout(120)]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from rigs.chaos import Fault, Rig, require, restart_redis, run_fault, run_write_fault
 
-from toolexec.chaos import Fault, Rig, require, restart_redis, run_fault, run_write_fault
 from toolexec.results import ToolResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos, pytest.mark.timeout(180)]

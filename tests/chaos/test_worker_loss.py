@@ -8,8 +8,7 @@ from contextlib import AbstractContextManager
 
 import pytest
 import redis
-
-from toolexec.chaos import (
+from rigs.chaos import (
     Fault,
     Rig,
     kill_worker,
@@ -67,7 +66,7 @@ def test_a_message_a_killed_worker_took_but_had_not_started_is_back_in_seconds(
 ) -> None:
     """An ETA call sits in the worker's memory, unacknowledged and without a lease.
 
-    Before toolexec.orphans it came back only after the broker's visibility
+    Before toolexec.transport.orphans it came back only after the broker's visibility
     timeout (``max_timeout`` + 60 s); now a watcher restores it once the killed
     consumer's alive key expires.
     """

@@ -15,11 +15,11 @@ import pytest
 from celery import Celery
 from integration_support import closed_port
 
-from toolexec.app import create_app
 from toolexec.client import ToolClient
 from toolexec.keys import Keys
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
+from toolexec.worker.app import create_app
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 
 import redis
 
-from toolexec import liveness
 from toolexec.keys import Keys
+from toolexec.stores import liveness
 from toolexec.testing import Hit, WorkerProcess
 
 T = TypeVar("T")

@@ -20,17 +20,17 @@ import pytest
 from breaker_tools import LEASED, OUTAGE, QUEUE
 from celery import Celery
 
-from toolexec.app import create_app
 from toolexec.breaker import BreakerState, CircuitBreaker
 from toolexec.client import ToolClient
 from toolexec.connection import redis_client
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
 from toolexec.keys import Keys
-from toolexec.replies import ReplyBox
 from toolexec.results import ToolResult
 from toolexec.settings import Settings
+from toolexec.stores.replies import ReplyBox
 from toolexec.testing import FlakyServer, Hit, Reply, WorkerProcess
+from toolexec.worker.app import create_app
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""``celery -A toolexec.app ...`` works as operators expect, and events show every call.
+"""``celery -A toolexec.worker.app ...`` works as operators expect, and events show every call.
 
 Given real workers on a real broker, Celery's own commands (worker, inspect,
 control, events) reach them; the events Flower is built from carry one task
@@ -57,11 +57,11 @@ def test_celery_inspect_ping_reaches_a_toolexec_worker(
 def test_plain_celery_worker_with_toolexec_tools_serves_them_and_obeys_control(
     settings: Settings, worker_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """Given `celery -A toolexec.app worker` and TOOLEXEC_TOOLS, it registers every tool."""
+    """Given `celery -A toolexec.worker.app worker` and TOOLEXEC_TOOLS, it registers every tool."""
     native = WorkerProcess("ops_tools", worker_env, log_path=tmp_path / "native.log")
     native.env["TOOLEXEC_TOOLS"] = "ops_tools"
     native.args = [
-        sys.executable, "-m", "celery", "-A", "toolexec.app", "worker",
+        sys.executable, "-m", "celery", "-A", "toolexec.worker.app", "worker",
         "-n", native.hostname, "-P", "threads", "-c", "2", "-Q", "native-only", "-l", "INFO",
     ]  # fmt: skip
     native.start(settings.redis_url or "", settings.key_prefix)
@@ -168,11 +168,11 @@ def test_the_worker_log_never_shows_a_secret_argument(
 def test_celery_events_dump_prints_toolexec_calls(
     ops_client: ToolClient, ops_worker: WorkerProcess, worker_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """`celery -A toolexec.app events --dump` shows each call under its tool's task name."""
+    """`celery -A toolexec.worker.app events --dump` shows each call under its tool's task name."""
     out = tmp_path / "events.txt"
     with out.open("wb") as sink:
         dump = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "toolexec.app", "events", "--dump"],
+            [sys.executable, "-m", "celery", "-A", "toolexec.worker.app", "events", "--dump"],
             env={**ops_worker.env, **worker_env},
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -202,7 +202,7 @@ def test_a_worker_is_named_in_the_heartbeat_set_it_is_known_by(
 def test_celery_flower_for_the_app_sees_the_workers(
     ops_worker: WorkerProcess, worker_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """`celery -A toolexec.app flower` works too, for operators used to it."""
+    """`celery -A toolexec.worker.app flower` works too, for operators used to it."""
     flower = FlowerProcess(
         worker_env,
         "ops",
@@ -212,7 +212,7 @@ def test_celery_flower_for_the_app_sees_the_workers(
             "-m",
             "celery",
             "-A",
-            "toolexec.app",
+            "toolexec.worker.app",
             "flower",
             "--basic-auth=ops:celery-flower-pw",
         ),

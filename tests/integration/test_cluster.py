@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import redis
 from cluster_support import broker_url, cluster_run
+from rigs.localcluster import ClusterUnavailable, LocalCluster
 
 from toolexec.client import ToolClient
 from toolexec.connection import redis_client
-from toolexec.localcluster import ClusterUnavailable, LocalCluster
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from cluster_support import cluster_run
 from fairness_tools import QUEUE
+from rigs.chaos import wait_until
 
-from toolexec.chaos import wait_until
 from toolexec.client import ToolClient
 from toolexec.connection import redis_client
 from toolexec.keys import BrokerKeys

@@ -15,17 +15,17 @@ from pathlib import Path
 import pytest
 from fallback_tools import INSTEAD, QUEUE
 
-from toolexec.app import create_app
 from toolexec.breaker import CircuitBreaker
 from toolexec.client import ToolClient
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
 from toolexec.keys import Keys
-from toolexec.replies import ReplyBox
 from toolexec.results import ToolResult
 from toolexec.settings import Settings
-from toolexec.stats import CallStats, ToolStats
+from toolexec.stores.replies import ReplyBox
+from toolexec.stores.stats import CallStats, ToolStats
 from toolexec.testing import FlakyServer, Reply, WorkerProcess
+from toolexec.worker.app import create_app
 
 pytestmark = pytest.mark.integration
 

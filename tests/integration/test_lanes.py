@@ -19,11 +19,11 @@ import pytest
 from cluster_support import cluster_run
 from kombu import Connection
 
-from toolexec import orphans
 from toolexec.errors import UsageError
 from toolexec.fairness import LANE_HEADER
-from toolexec.fairness_store import FairnessStore
 from toolexec.keys import BrokerKeys
+from toolexec.stores.fairness_store import FairnessStore
+from toolexec.transport import orphans
 
 WORKER_TRANSPORT = "toolexec.transport:Transport"
 
@@ -35,7 +35,7 @@ pytestmark = [
 
 @pytest.fixture
 def broker(redis_url: str) -> Iterator[Connection]:
-    # one list per queue, as a worker has it (toolexec.app): the inbox and lanes need it
+    # one list per queue, as a worker has it (toolexec.worker.app): the inbox and lanes need it
     conn = Connection(
         redis_url, transport=WORKER_TRANSPORT, transport_options={"priority_steps": [0]}
     )

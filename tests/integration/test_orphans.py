@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from cluster_support import cluster_run
 from kombu import Connection, Queue
+from rigs.chaos import wait_until
 
-from toolexec import orphans
-from toolexec.chaos import wait_until
 from toolexec.clock import ManualClock
 from toolexec.keys import BrokerKeys
+from toolexec.transport import orphans
 
-#: What a worker selects for a Redis broker (toolexec.app): these tests consume as one.
+#: What a worker selects for a Redis broker (toolexec.worker.app): these tests consume as one.
 WORKER_TRANSPORT = "toolexec.transport:Transport"
 
 pytestmark = [

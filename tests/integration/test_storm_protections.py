@@ -18,9 +18,9 @@ from storm_protection_tools import BUDGET, FIVE_PER_S, QUEUE
 from toolexec.client import ToolClient
 from toolexec.connection import redis_client
 from toolexec.errors import ErrorType
-from toolexec.faults import FaultConfig, FaultStore
 from toolexec.keys import Keys
-from toolexec.ratelimit import RateLimiter
+from toolexec.layers.faults import FaultConfig, FaultStore
+from toolexec.layers.ratelimit import RateLimiter
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply, WorkerProcess
 

@@ -19,9 +19,9 @@ from toolexec.client import ToolClient
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType, UsageError
 from toolexec.keys import Keys
-from toolexec.replies import ReplyBox
 from toolexec.results import ToolResult
 from toolexec.settings import Settings
+from toolexec.stores.replies import ReplyBox
 from toolexec.testing import FlakyServer
 
 pytestmark = pytest.mark.integration

@@ -18,9 +18,9 @@ from ops_support import celery
 from ops_tools import AUTOSCALE_QUEUE, FAST_QUEUE, SLOW_QUEUE
 
 from toolexec.client import CallHandle, ToolClient
-from toolexec.consumer import read_beats
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
+from toolexec.worker.consumer import read_beats
 
 pytestmark = pytest.mark.integration
 

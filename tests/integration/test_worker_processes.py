@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import redis
+from rigs.chaos import wait_until
 
-from toolexec.chaos import wait_until
 from toolexec.client import ToolClient
 from toolexec.keys import Keys
 from toolexec.settings import Settings

@@ -126,7 +126,9 @@ def deployment(
     if settings.broker_url:
         env["TOOLEXEC_BROKER_URL"] = settings.broker_url
     queue = settings.default_queue
-    if extra_queue is not None:  # two queues: kombu waits with BRPOP, not toolexec.inbox's move
+    if (
+        extra_queue is not None
+    ):  # two queues: kombu waits with BRPOP, not toolexec.transport.inbox's move
         queue = f"{queue},{queue}-{extra_queue}"
     proc = WorkerProcess(tools, env, queues=queue, concurrency=4, log_path=log_path, pool=pool)
     proc.start(settings.redis_url or "", settings.key_prefix)

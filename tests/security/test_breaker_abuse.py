@@ -22,11 +22,11 @@ from hostile_input_support import isolated_worker
 from toolexec.bounds import MAX_RETRY_AFTER_S, MAX_SECONDS
 from toolexec.breaker import BreakerState, CircuitBreaker
 from toolexec.breaker.cli import breakers
-from toolexec.classify import classify_exception, classify_response, parse_retry_after
 from toolexec.client import ToolClient
 from toolexec.connection import redis_client
 from toolexec.errors import ErrorType, UnavailableError, UsageError
 from toolexec.keys import Keys
+from toolexec.pipeline.classify import classify_exception, classify_response, parse_retry_after
 from toolexec.policies import BreakerPolicy
 from toolexec.settings import Settings
 from toolexec.testing import FlakyServer, Reply

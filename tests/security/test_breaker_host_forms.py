@@ -13,8 +13,8 @@ import pytest
 
 from toolexec.breaker import breaker_name
 from toolexec.breaker.policy import host_form
+from toolexec.layers.retry_budget import budget_name
 from toolexec.policies import RetryBudgetPolicy
-from toolexec.retry_budget import budget_name
 
 LOOPBACK_SPELLINGS = [
     "http://127.0.0.1/flaky",

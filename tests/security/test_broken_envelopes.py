@@ -39,7 +39,7 @@ from toolexec.connection import redis_client
 from toolexec.context import CallContext
 from toolexec.keys import Keys
 from toolexec.ops.status import gather
-from toolexec.poison import short_hash
+from toolexec.pipeline.poison import short_hash
 from toolexec.settings import Settings
 
 pytestmark = pytest.mark.integration

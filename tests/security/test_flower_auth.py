@@ -34,9 +34,9 @@ from pathlib import Path
 import pytest
 from ops_support import FlowerProcess, free_port, wait_until
 
-from toolexec.app import create_app
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
+from toolexec.worker.app import create_app
 
 pytestmark = pytest.mark.integration
 
@@ -234,7 +234,7 @@ def test_the_attack_itself_still_works_on_flower_started_without_toolexec(
     ``toolexec flower`` used to pass for that password), then ``Authorization: Basic =`` gets
     in: why toolexec refuses such a password instead of passing it on."""
     env = {**worker_env, "FLOWER_BASIC_AUTH": f"{USER}:{PASSWORD},"}
-    command = ("-m", "celery", "-A", "toolexec.app", "flower", "--address=127.0.0.1")
+    command = ("-m", "celery", "-A", "toolexec.worker.app", "flower", "--address=127.0.0.1")
     proc = FlowerProcess(env, USER, PASSWORD, tmp_path / "flower.log", command=command)
     proc.start(worker.hostname)
     try:

@@ -26,14 +26,14 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from toolexec.adapters import ToolCall, parse_tool_calls
-from toolexec.app import create_app
 from toolexec.bounds import MAX_ARGUMENT_DEPTH
 from toolexec.client import ToolClient
 from toolexec.context import CallContext
 from toolexec.errors import BrokerUnavailableError, ErrorType, InfrastructureError, UsageError
-from toolexec.replies import ReplyBox
 from toolexec.results import ToolResult
 from toolexec.settings import Settings
+from toolexec.stores.replies import ReplyBox
+from toolexec.worker.app import create_app
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ import logging
 
 import pytest
 
-from toolexec.logs import Scrubbed
 from toolexec.redaction import REDACTED, redact, scrub_text, shown_kwargs
+from toolexec.worker.logs import Scrubbed
 
 SECRET = "k7Qz9x2LmP4v"
 

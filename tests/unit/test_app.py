@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolexec.app import celery_config
 from toolexec.settings import Settings
+from toolexec.worker.app import celery_config
 
 
 def _config(broker: str | None) -> dict[str, object]:

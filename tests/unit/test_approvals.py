@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from toolexec.approvals import Pending, ruling
 from toolexec.errors import ConfigurationError, ErrorType
 from toolexec.fallback.state import falls_back
+from toolexec.layers.approvals import Pending, ruling
 from toolexec.mcp.relay import approval_decision
 from toolexec.policies import ApprovalPolicy
 from toolexec.registry import Registry, tool

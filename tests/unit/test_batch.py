@@ -16,21 +16,21 @@ import pytest
 import redis
 from redis.commands.core import Script
 
-from toolexec.batch import Batch
 from toolexec.breaker import CircuitBreaker
 from toolexec.breaker.layer import BreakerLayer
 from toolexec.clock import ManualClock
 from toolexec.connection import fail_fast_client
 from toolexec.context import CallContext
-from toolexec.execution import Executor, Final
 from toolexec.idempotency import IdempotencyLayer, IdempotencyStore
 from toolexec.keys import Keys
 from toolexec.layers import Attempt, Layer, Outcome, Proceed
+from toolexec.layers.batch import Batch
+from toolexec.layers.ratelimit import RateLimiter, RateLimitLayer
+from toolexec.layers.retry_budget import RetryBudget, RetryBudgetLayer
+from toolexec.pipeline.execution import Executor, Final
+from toolexec.pipeline.runner import Runner
 from toolexec.policies import RateLimitPolicy
-from toolexec.ratelimit import RateLimiter, RateLimitLayer
 from toolexec.registry import Registry, ToolSpec, tool
-from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
-from toolexec.runner import Runner
 
 
 class Counting(redis.connection.Connection):

@@ -14,13 +14,13 @@ from toolexec.breaker.layer import BreakerLayer
 from toolexec.clock import ManualClock
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType, UnavailableError
-from toolexec.execution import Executor
 from toolexec.keys import Keys
 from toolexec.layers import Defer, Final, Retry, Verdict
+from toolexec.layers.retry_budget import RetryBudget, RetryBudgetLayer
+from toolexec.pipeline.execution import Executor
+from toolexec.pipeline.runner import Runner
 from toolexec.policies import BreakerPolicy, RetryBudgetPolicy
 from toolexec.registry import Registry, ToolSpec, tool
-from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
-from toolexec.runner import Runner
 
 TWO_CALLS = BreakerPolicy(consecutive_failures=2, failure_rate=None, open_s=30.0)
 

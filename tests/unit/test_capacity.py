@@ -1,12 +1,11 @@
-"""The capacity model (toolexec.capacity): its limits, its sizing, and its simulation agreeing."""
+"""The capacity model (rigs.capacity): its limits, its sizing, and its simulation agreeing."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
-
-from toolexec.capacity import (
+from rigs.capacity import (
     HOT,
     SHARD,
     CallCost,

@@ -9,10 +9,10 @@ from typing import Annotated, Any, Literal, cast
 import pytest
 from pydantic import Field
 
-from toolexec import catalog
 from toolexec.connection import redis_client
 from toolexec.keys import Keys
 from toolexec.registry import Registry, tool
+from toolexec.stores import catalog
 
 
 @pytest.fixture

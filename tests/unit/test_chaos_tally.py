@@ -1,4 +1,4 @@
-"""Which typed errors a chaos scenario's fault explains (``toolexec.chaos.unexplained_typed``).
+"""Which typed errors a chaos scenario's fault explains (``rigs.chaos.unexplained_typed``).
 
 The chaos tests assert there are none unexplained, so the rule must be exact: a
 refusal to publish whose wait ended after the fault landed and that was sent
@@ -7,7 +7,7 @@ before the first call sent after the dependency's return succeeded.
 
 from __future__ import annotations
 
-from toolexec.chaos import CallRecord, Tally, unexplained_typed
+from rigs.chaos import CallRecord, Tally, unexplained_typed
 
 DOWN, BACK = 100.0, 103.0
 

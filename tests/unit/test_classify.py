@@ -9,7 +9,6 @@ import httpx
 import pydantic
 import pytest
 
-from toolexec.classify import classify_exception, classify_response, parse_retry_after
 from toolexec.errors import (
     ErrorType,
     NotFoundError,
@@ -18,6 +17,7 @@ from toolexec.errors import (
     TransientError,
     UnavailableError,
 )
+from toolexec.pipeline.classify import classify_exception, classify_response, parse_retry_after
 
 NOW = 1_700_000_000.0
 URL = "http://svc.test/items"

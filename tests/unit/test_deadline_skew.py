@@ -17,9 +17,9 @@ from toolexec.clock import AnchoredClock, Clock, ManualClock
 from toolexec.connection import fleet_clock
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
-from toolexec.execution import Executor, Final
+from toolexec.pipeline.execution import Executor, Final
+from toolexec.pipeline.runner import Runner
 from toolexec.registry import Registry, ToolSpec, tool
-from toolexec.runner import Runner
 
 SKEWS = [(5.0, -5.0), (-5.0, 5.0), (5.0, 0.0), (0.0, -5.0), (0.0, 5.0)]
 TIMEOUT_S = 3.0

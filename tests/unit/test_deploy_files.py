@@ -58,7 +58,7 @@ def check_parses(words: list[str]) -> click.Command:
     group: click.Command = toolexec_cli if words[0] == "toolexec" else celery_cli
     args = words[1:]
     if words[0] == "celery":
-        assert args[:2] == ["-A", "toolexec.app"], words
+        assert args[:2] == ["-A", "toolexec.worker.app"], words
         args = args[2:]
     command = group
     while isinstance(command, click.Group):
@@ -125,7 +125,7 @@ def test_an_unknown_option_or_command_would_be_caught() -> None:
     with pytest.raises(AssertionError, match="no command 'wrker'"):
         check_parses(["toolexec", "wrker"])
     with pytest.raises(click.NoSuchOption):
-        check_parses(["celery", "-A", "toolexec.app", "inspect", "ping", "--no-such"])
+        check_parses(["celery", "-A", "toolexec.worker.app", "inspect", "ping", "--no-such"])
 
 
 def test_procfile_runs_the_same_processes_as_compose() -> None:

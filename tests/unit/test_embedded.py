@@ -76,8 +76,8 @@ def test_a_stale_url_file_is_not_trusted(data_dir: Path) -> None:
 def test_two_data_folders_are_two_servers_with_two_catalogs(tmp_path: Path) -> None:
     """Two projects on one host: each has its own server, so neither sees the other's
     catalog or state; the start is announced once per server, in one line."""
-    from toolexec import catalog
     from toolexec.keys import Keys
+    from toolexec.stores import catalog
 
     shop, blog = tmp_path / "shop", tmp_path / "blog"
     said: list[str] = []

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from toolexec.poison import (
+from toolexec.pipeline.poison import (
     MAX_RETRIES_HEADER,
     MAX_TIMELIMIT_S,
     envelope_problem,

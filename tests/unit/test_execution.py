@@ -20,10 +20,10 @@ import pytest
 from toolexec.clock import ManualClock
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType, RateLimitedError, UnavailableError
-from toolexec.execution import Executor, Final, Retry, Verdict
+from toolexec.pipeline.execution import Executor, Final, Retry, Verdict
+from toolexec.pipeline.runner import Runner
 from toolexec.policies import Jitter, RetryPolicy
 from toolexec.registry import Registry, ToolSpec, tool
-from toolexec.runner import Runner
 
 SEED = 42
 

@@ -1,4 +1,5 @@
-"""Which queued messages nobody waits for (toolexec.expiry): pure decisions on envelopes."""
+"""Which queued messages nobody waits for (toolexec.pipeline.expiry): pure decisions on
+envelopes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from toolexec.expiry import LOG_EVERY, DropCounter, abandoned, stale_run
+from toolexec.pipeline.expiry import LOG_EVERY, DropCounter, abandoned, stale_run
 
 NOW = 1_000_000.0
 GRACE = 2.0

@@ -19,7 +19,7 @@ from toolexec.fairness import (
     lane_of,
     with_lane,
 )
-from toolexec.lanes import PROBE_S, LaneState, use_script, wait_s
+from toolexec.transport.lanes import PROBE_S, LaneState, use_script, wait_s
 
 
 @pytest.mark.parametrize("key", ["tenant-a", "user:42", "a.b_c@d", "x" * 64])
@@ -121,7 +121,7 @@ def test_a_lanes_view_sums_priorities_and_keeps_the_top_keys_only() -> None:
     import base64
     import json
 
-    from toolexec.fairness_store import KeyBacklog, submitted_at, summarise
+    from toolexec.stores.fairness_store import KeyBacklog, submitted_at, summarise
 
     rows = [
         KeyBacklog(3, "a", 5, 90.0),

@@ -22,13 +22,13 @@ from toolexec.breaker import CircuitBreaker
 from toolexec.clock import ManualClock
 from toolexec.context import CallContext
 from toolexec.errors import ConfigurationError, ErrorType, UnavailableError
-from toolexec.execution import Executor, Final, Verdict, error_info, error_result
 from toolexec.fallback import Alternative, Explain, LastGood
 from toolexec.fallback.cache import LastGoodCache, LastGoodLayer
 from toolexec.fallback.chain import ChainRunner, Deliver, Send
 from toolexec.fallback.state import FALLBACK_TASK, ChainState, falls_back
 from toolexec.fallback.steps import check_chain, complete_chain
 from toolexec.keys import Keys
+from toolexec.pipeline.execution import Executor, Final, Verdict, error_info, error_result
 from toolexec.redaction import Secret
 from toolexec.registry import Registry, ToolSpec, tool
 from toolexec.results import ErrorInfo, StepNote, ToolResult

@@ -20,11 +20,11 @@ from toolexec.clock import ManualClock
 from toolexec.connection import redis_client
 from toolexec.context import CallContext
 from toolexec.errors import ConfigurationError, ErrorType, UnavailableError
-from toolexec.execution import Executor, Final, Retry, Verdict
-from toolexec.faults import FaultConfig, FaultLayer, FaultStore
 from toolexec.keys import Keys
+from toolexec.layers.faults import FaultConfig, FaultLayer, FaultStore
+from toolexec.pipeline.execution import Executor, Final, Retry, Verdict
+from toolexec.pipeline.runner import Runner
 from toolexec.registry import Registry, ToolSpec, tool
-from toolexec.runner import Runner
 
 
 class Sleeper:
@@ -292,7 +292,7 @@ def test_faults_set_in_redis_are_ignored_with_a_warning_when_not_enabled(
 ) -> None:
     store.set("forecast", FaultConfig(rate=1.0, seed=1))
     layer = layer_for(store, clock, sleeper, enabled=False)
-    with caplog.at_level(logging.WARNING, logger="toolexec.faults"):
+    with caplog.at_level(logging.WARNING, logger="toolexec.layers.faults"):
         verdicts = [run(layer, spec, clock) for _ in range(5)]
     assert all(isinstance(v, Final) and v.result.ok and not v.result.injected for v in verdicts)
     assert body.runs == 5
@@ -308,7 +308,7 @@ def test_faults_from_settings_are_ignored_with_a_warning_when_not_enabled(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     static = {"forecast": FaultConfig(rate=1.0, seed=1)}
-    with caplog.at_level(logging.WARNING, logger="toolexec.faults"):
+    with caplog.at_level(logging.WARNING, logger="toolexec.layers.faults"):
         layer = FaultLayer(store, enabled=False, static=static, clock=clock, sleep=sleeper)
     verdict = run(layer, spec, clock)
     assert isinstance(verdict, Final) and verdict.result.ok
@@ -324,7 +324,7 @@ def test_a_disabled_layer_checks_redis_for_ignored_faults_only_now_and_then(
 ) -> None:
     store.set("forecast", FaultConfig(rate=1.0, seed=1))
     layer = FaultLayer(store, enabled=False, clock=clock, sleep=sleeper, warn_interval_s=60)
-    with caplog.at_level(logging.WARNING, logger="toolexec.faults"):
+    with caplog.at_level(logging.WARNING, logger="toolexec.layers.faults"):
         for _ in range(3):
             run(layer, spec, clock)
             clock.advance(30)

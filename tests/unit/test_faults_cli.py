@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from toolexec.connection import redis_client
 from toolexec.errors import ErrorType
-from toolexec.faults import FaultConfig, FaultStore
 from toolexec.keys import Keys
+from toolexec.layers.faults import FaultConfig, FaultStore
 from toolexec.ops.cli import cli
 
 

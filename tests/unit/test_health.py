@@ -6,8 +6,8 @@ import json
 import click
 import pytest
 
-from toolexec.consumer import Beat
 from toolexec.ops.health import Evidence, Limits, judge, oldest_age
+from toolexec.worker.consumer import Beat
 
 NOW = 1_000_000.0
 

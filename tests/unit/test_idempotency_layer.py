@@ -14,18 +14,18 @@ from typing import Any
 import pytest
 import redis
 
-from toolexec.batch import Batch
 from toolexec.clock import ManualClock
 from toolexec.connection import fail_fast_client
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType, NotFoundError, ToolTimeoutError, UnavailableError
-from toolexec.execution import Executor, Final, NoReply, Retry, Verdict
 from toolexec.idempotency import IdempotencyLayer, IdempotencyStore, Message, call_mode, record_id
 from toolexec.keys import Keys
+from toolexec.layers.batch import Batch
 from toolexec.normalize import arguments_hash
+from toolexec.pipeline.execution import Executor, Final, NoReply, Retry, Verdict
+from toolexec.pipeline.runner import Runner
 from toolexec.registry import Registry, ToolSpec, tool
 from toolexec.results import ToolResult
-from toolexec.runner import Runner
 
 LEASE_S = 5.0
 

@@ -39,7 +39,7 @@ CELERY_WORKER = ("celery.worker", "celery.apps", "celery.bootsteps", "celery.con
 
 #: What ``import toolexec`` must not load at all: declaring tools and reading results
 #: needs no broker.
-BROKER = ("celery", "kombu", "toolexec.app")
+BROKER = ("celery", "kombu", "toolexec.worker.app")
 
 _LOADED = """
 import json, sys
@@ -77,7 +77,9 @@ def test_the_worker_pipeline_list_names_real_modules() -> None:
     modules = _loaded(f"import importlib\nfor m in {own!r}: importlib.import_module(m)")
 
     assert set(own) <= set(modules)
-    assert "toolexec.execution" in WORKER_PIPELINE and "toolexec.transport" in WORKER_PIPELINE
+    assert (
+        "toolexec.pipeline.execution" in WORKER_PIPELINE and "toolexec.transport" in WORKER_PIPELINE
+    )
 
 
 def test_import_toolexec_loads_no_broker_and_no_worker_pipeline() -> None:
@@ -97,7 +99,7 @@ def test_a_client_call_loads_celerys_sending_side_only(
     worker pipeline, toolexec's transport subclass or Celery's worker."""
     modules = _loaded(_CALL, settings.model_dump_json())
 
-    assert {"toolexec.app", "celery.app.base", "kombu.transport.redis"} <= set(modules)
+    assert {"toolexec.worker.app", "celery.app.base", "kombu.transport.redis"} <= set(modules)
     assert _under(modules, WORKER_PIPELINE + CELERY_WORKER) == []
 
 
@@ -105,7 +107,11 @@ def test_a_worker_does_load_the_pipeline_the_client_must_not() -> None:
     """The check can fail: the worker's side imports what the list forbids the client."""
     modules = _loaded("import toolexec.tasks")
 
-    assert {"toolexec.tasks.runtime", "toolexec.execution", "toolexec.observe"} <= set(modules)
+    assert {
+        "toolexec.tasks.runtime",
+        "toolexec.pipeline.execution",
+        "toolexec.pipeline.observe",
+    } <= set(modules)
     assert "prometheus_client" not in modules  # metrics come with toolexec worker (ops)
 
 

@@ -1,7 +1,7 @@
 """What toolexec's worker transport and consumer rely on in kombu and Celery, pinned.
 
 ``toolexec.transport`` subclasses kombu's Redis ``Channel``/``QoS`` and
-``toolexec.consumer`` Celery's ``Consumer``; the overridden methods are private
+``toolexec.worker.consumer`` Celery's ``Consumer``; the overridden methods are private
 and have changed between releases (``_brpop_start``/``_brpop_read`` twice in
 18 months). Each test here fails when a behaviour the subclasses need moves,
 so an upgrade fails in CI, not in production; a worker also refuses to start
@@ -26,8 +26,8 @@ from kombu import Connection, Queue
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import base as virtual
 
-from toolexec import transport
 from toolexec.transport import Channel, QoS, Transport, check_versions, version_problem
+from toolexec.transport import kombu_redis as transport
 
 WORKER_TRANSPORT = "toolexec.transport:Transport"
 
@@ -71,7 +71,8 @@ def test_celerys_task_handler_is_built_by_create_task_handler_from_the_strategie
 
 
 def test_kombus_brpop_read_does_the_steps_toolexecs_read_repeats() -> None:
-    """``toolexec.inbox.read`` stands for ``_brpop_read`` whole: the same steps, in order."""
+    """``toolexec.transport.inbox.read`` stands for ``_brpop_read`` whole: the same steps, in
+    order."""
     source = inspect.getsource(kombu_redis.Channel._brpop_read)
     steps = [
         "self.client.parse_response(self.client.connection",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import redis
 
-from toolexec import liveness
 from toolexec.clock import ManualClock
 from toolexec.errors import ErrorType
 from toolexec.keys import WORKER_FORGET_S, Keys
+from toolexec.stores import liveness
 
 
 def test_a_beat_makes_a_worker_serve_its_queues_until_three_beats_are_missed(

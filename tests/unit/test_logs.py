@@ -6,8 +6,8 @@ import json
 import logging
 import sys
 
-from toolexec.logs import JsonFormatter, NoMessageBodies, call_fields
 from toolexec.results import ErrorInfo, ToolResult
+from toolexec.worker.logs import JsonFormatter, NoMessageBodies, call_fields
 
 
 def _record(message: str, *args: object, **extra: object) -> logging.LogRecord:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolexec.orphans import dead_consumers, may_judge
+from toolexec.transport.orphans import dead_consumers, may_judge
 
 
 def test_no_judgement_before_one_alive_ttl_of_connection() -> None:

@@ -42,7 +42,7 @@ def test_a_users_tasks_py_does_not_shadow_toolexec(tmp_path: Path) -> None:
     """Celery projects name their own module tasks.py; ours is toolexec.tasks."""
     for name in ("tasks", "fallback", "executor"):
         (tmp_path / f"{name}.py").write_text("raise SystemExit('user module imported')\n")
-    code = "import toolexec.tasks, toolexec.fallback, toolexec.app; print('ok')"
+    code = "import toolexec.tasks, toolexec.fallback, toolexec.worker.app; print('ok')"
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )

@@ -21,7 +21,6 @@ from toolexec.errors import (
     InvalidArgumentsError,
     UnavailableError,
 )
-from toolexec.execution import Executor, Final, Verdict
 from toolexec.layers import Attempt, Outcome
 from toolexec.payloads import (
     ARGUMENT_MARKER,
@@ -35,9 +34,10 @@ from toolexec.payloads import (
 )
 from toolexec.payloads.signing import SIGNATURE_KEY, MarkerSigner
 from toolexec.payloads.tokens import MIN_TOKEN_BUDGET, estimate_tokens, json_bytes
+from toolexec.pipeline.execution import Executor, Final, Verdict
+from toolexec.pipeline.runner import Runner
 from toolexec.registry import Registry, ToolSpec, tool
 from toolexec.results import ToolResult
-from toolexec.runner import Runner
 from toolexec.settings import Settings
 
 SIGNER = MarkerSigner.fixed(b"unit-test-secret")

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from toolexec.poison import (
+from toolexec.pipeline.poison import (
     HANDBACK_HEADER,
     MAX_HANDBACKS,
     GiveUp,

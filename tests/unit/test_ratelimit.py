@@ -16,12 +16,12 @@ from toolexec.clock import ManualClock
 from toolexec.connection import fail_fast_client
 from toolexec.context import CallContext
 from toolexec.errors import ConfigurationError, ErrorType
-from toolexec.execution import Defer, Executor, Final
 from toolexec.keys import Keys
+from toolexec.layers.ratelimit import RateLimiter, RateLimitLayer
+from toolexec.pipeline.execution import Defer, Executor, Final
+from toolexec.pipeline.runner import Runner
 from toolexec.policies import RateLimitPolicy
-from toolexec.ratelimit import RateLimiter, RateLimitLayer
 from toolexec.registry import Registry, ToolSpec, tool
-from toolexec.runner import Runner
 
 NAME = "search"
 #: 10 calls a second, 3 at once.
@@ -104,7 +104,7 @@ def test_an_unreachable_redis_lets_calls_through_and_warns(
     keys: Keys, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     dead = RateLimiter(fail_fast_client(DEAD_URL), keys, clock=clock)
-    with caplog.at_level(logging.WARNING, logger="toolexec.failopen"):
+    with caplog.at_level(logging.WARNING, logger="toolexec.stores.failopen"):
         assert dead.reserve(NAME, TEN_PER_S, 10.0).now
         assert dead.reserve(NAME, TEN_PER_S, 10.0).now
     assert sum("rate limits cannot reach Redis" in r.message for r in caplog.records) == 1

@@ -8,11 +8,11 @@ import pydantic
 import pytest
 
 from toolexec.errors import ErrorType
-from toolexec.logs import Scrubbed, oneline
 from toolexec.redaction import REDACTED, is_credential_name, redact, scrub_text, shown_kwargs
 from toolexec.registry import Registry, tool
 from toolexec.results import ErrorInfo
 from toolexec.validation import describe_validation_error, validate_against_schema
+from toolexec.worker.logs import Scrubbed, oneline
 
 CANARY = "cnry-7f3a9c1e"
 

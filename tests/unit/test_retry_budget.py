@@ -9,13 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from toolexec.batch import Batch
 from toolexec.clock import ManualClock
 from toolexec.connection import fail_fast_client
 from toolexec.errors import ConfigurationError
 from toolexec.keys import Keys
+from toolexec.layers.batch import Batch
+from toolexec.layers.retry_budget import BUCKETS, RetryBudget, budget_name
 from toolexec.policies import RetryBudgetPolicy
-from toolexec.retry_budget import BUCKETS, RetryBudget, budget_name
 
 NAME = "search"
 #: 10% of the calls in the last 10 s, and no floor, so that counts are easy to read.
@@ -336,7 +336,7 @@ def test_an_unreachable_redis_lets_retries_through_and_warns_once(
     keys: Keys, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     dead = RetryBudget(fail_fast_client(DEAD_URL), keys, clock=clock)
-    with caplog.at_level(logging.WARNING, logger="toolexec.failopen"):
+    with caplog.at_level(logging.WARNING, logger="toolexec.stores.failopen"):
         assert dead.spend(NAME, TEN_PERCENT).allowed
         assert dead.record(NAME, TEN_PERCENT, first_attempt=True, failed=True) is not None
         clock.advance(2.0)

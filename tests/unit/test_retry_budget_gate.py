@@ -20,12 +20,12 @@ from toolexec.clock import ManualClock
 from toolexec.connection import redis_client
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType, NotFoundError, UnavailableError
-from toolexec.execution import Defer, Executor, Final, Retry, Verdict
 from toolexec.keys import Keys
+from toolexec.layers.retry_budget import RetryBudget, RetryBudgetLayer
+from toolexec.pipeline.execution import Defer, Executor, Final, Retry, Verdict
+from toolexec.pipeline.runner import Runner
 from toolexec.policies import RetryBudgetPolicy
 from toolexec.registry import Registry, ToolSpec, tool
-from toolexec.retry_budget import RetryBudget, RetryBudgetLayer
-from toolexec.runner import Runner
 from toolexec.waits import POLL_S
 
 #: One retry per window whatever the traffic, then 10% of the calls.

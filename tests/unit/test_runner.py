@@ -9,7 +9,7 @@ import time
 import pytest
 
 from toolexec.errors import ToolTimeoutError
-from toolexec.runner import Runner, _BodyThreads
+from toolexec.pipeline.runner import Runner, _BodyThreads
 
 
 def _ident() -> int:

@@ -7,7 +7,7 @@ import redis
 
 from toolexec.clock import ManualClock
 from toolexec.keys import STATS_TTL_S, Keys, bucket_of
-from toolexec.stats import CallStats, running_attempt
+from toolexec.stores.stats import CallStats, running_attempt
 
 START = 1_700_000_040.0  # on a minute boundary
 

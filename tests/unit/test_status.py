@@ -14,11 +14,11 @@ from toolexec.clock import ManualClock
 from toolexec.connection import fail_fast_client, redis_client
 from toolexec.context import CallContext
 from toolexec.keys import Keys, bucket_of
-from toolexec.observe import LEASE_GRACE_S, CallObservers
 from toolexec.ops.metrics import Metrics
 from toolexec.ops.status import amqp_depths, queue_names, redis_depths
+from toolexec.pipeline.observe import LEASE_GRACE_S, CallObservers
 from toolexec.registry import Registry, ToolSpec, tool
-from toolexec.stats import CallStats
+from toolexec.stores.stats import CallStats
 
 RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
 

@@ -18,10 +18,10 @@ import pytest
 from toolexec.clock import ManualClock
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType, ResultTooLargeError
-from toolexec.execution import Executor, Final
+from toolexec.pipeline.execution import Executor, Final
+from toolexec.pipeline.runner import Runner
+from toolexec.pipeline.streams import bounded_body, drained
 from toolexec.registry import Registry, ToolSpec, tool
-from toolexec.runner import Runner
-from toolexec.streams import bounded_body, drained
 
 
 class Endless:

@@ -18,9 +18,9 @@ import pytest
 from agents import FunctionTool
 
 import toolexec.tasks.http  # noqa: F401  http_request
-from toolexec.catalog import to_definitions
 from toolexec.errors import ConfigurationError
 from toolexec.registry import Registry, default_registry, tool
+from toolexec.stores.catalog import to_definitions
 from toolexec.strict import StrictSchemaError, from_strict, strict_or_none, strict_schema
 
 TESTS = Path(__file__).resolve().parents[1]

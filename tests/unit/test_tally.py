@@ -1,4 +1,5 @@
-"""A worker's success-side sums (toolexec.tally) in a real Redis: what waits, what goes at once.
+"""A worker's success-side sums (toolexec.stores.tally) in a real Redis: what waits, what goes at
+once.
 
 Each test drives the flush itself (no thread) with a ManualClock, and reads
 Redis through the same readers ``toolexec status`` and the breaker CLI use.
@@ -9,15 +10,15 @@ from __future__ import annotations
 import pytest
 import redis
 
-from toolexec.batch import Batch
 from toolexec.breaker import CircuitBreaker
 from toolexec.breaker.views import Admission, BreakerState
 from toolexec.clock import ManualClock
 from toolexec.keys import Keys
+from toolexec.layers.batch import Batch
+from toolexec.layers.retry_budget import RetryBudget
 from toolexec.policies import BreakerPolicy, RetryBudgetPolicy
-from toolexec.retry_budget import RetryBudget
-from toolexec.stats import CallStats
-from toolexec.tally import Tally
+from toolexec.stores.stats import CallStats
+from toolexec.stores.tally import Tally
 
 START = 1_700_000_040.0  # on a minute boundary
 

@@ -29,11 +29,11 @@ from toolexec import tracing
 from toolexec.context import CallContext
 from toolexec.errors import TransientError
 from toolexec.layers import Attempt, Defer, Final, NoReply, Outcome, Retry
-from toolexec.logs import JsonFormatter
 from toolexec.ops.metrics import Metrics
 from toolexec.ops.traces import OtlpReceiver, SpanRecord, render_call
 from toolexec.results import ErrorInfo, ToolResult
 from toolexec.testing import FlakyServer, Reply
+from toolexec.worker.logs import JsonFormatter
 
 
 @pytest.fixture

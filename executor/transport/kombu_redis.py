@@ -1,7 +1,7 @@
 """toolexec's Redis transport for workers: kombu's, subclassed, so that a worker survives
 Redis flapping, loses no message it took, and survives whatever is pushed onto its queues.
 
-Workers select it (``broker_transport``, set when a worker starts: :mod:`toolexec.app`);
+Workers select it (``broker_transport``, set when a worker starts: :mod:`toolexec.worker.app`);
 every other process, an agent calling tools among them, runs kombu as kombu
 ships it. Nothing here replaces an attribute of kombu's classes. The kombu
 behaviours these subclasses rely on are pinned by
@@ -37,7 +37,7 @@ few seconds and, if Redis stays away, keeps the message anyway: it runs, only
 without the record that would hand it on if this worker died too.
 
 A third makes the same round trip note the message in this consumer's
-held set, and the acknowledgement's remove it (:mod:`toolexec.orphans`), so
+held set, and the acknowledgement's remove it (:mod:`toolexec.transport.orphans`), so
 that a killed worker's messages go back to their queues within seconds.
 
 A fourth is for speed: kombu builds a new redis-py client for every command it
@@ -65,8 +65,8 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import base as virtual
 from kombu.utils.json import dumps
 
-from toolexec import inbox, lanes, orphans
 from toolexec.connection import BLIPS, through_blips
+from toolexec.transport import inbox, lanes, orphans
 
 __all__ = [
     "ALLOW_UNTESTED",
@@ -173,7 +173,7 @@ class QoS(kombu_redis.QoS):
             pipe.hset(self.unacked_key, delivery_tag, entry)
             if held is not None:
                 pipe.sadd(held, delivery_tag)
-            if taken is not None:  # out of the inbox it was moved into (toolexec.inbox)
+            if taken is not None:  # out of the inbox it was moved into (toolexec.transport.inbox)
                 pipe.lrem(taken[0], 1, taken[1])
             pipe.execute()
         virtual.QoS.append(self, message, delivery_tag)  # type: ignore[no-untyped-call]
@@ -182,7 +182,7 @@ class QoS(kombu_redis.QoS):
         """Whatever removes a tag from kombu's unacked record removes it from the held set.
 
         And, for a call of a fairness key with ``max_in_flight``, from the key's calls
-        in flight (:mod:`toolexec.lanes`), so its parked lane is taken again.
+        in flight (:mod:`toolexec.transport.lanes`), so its parked lane is taken again.
         """
         queued = super()._remove_from_indices(delivery_tag, pipe)  # type: ignore[no-untyped-call]
         capped, keys = lanes.release(str(delivery_tag)), orphans.broker_keys()

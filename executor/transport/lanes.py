@@ -7,7 +7,7 @@ script (``lua/fair_take.lua``) moves up to :data:`INGEST` messages from the
 queue into per (priority, key) lists, the *lanes*, and moves the next call into
 the consumer's inbox, all atomically. So a call is always in exactly one of the
 queue, a lane, an inbox or kombu's unacknowledged record, and a killed worker's
-calls come back as before (:mod:`toolexec.orphans`): a call in an inbox goes back
+calls come back as before (:mod:`toolexec.transport.orphans`): a call in an inbox goes back
 to its queue with its header, and is sorted again.
 
 The choice inside one priority is start-time fair queueing: each ready key has a
@@ -18,7 +18,7 @@ empties starts again at the priority's clock, so idling banks nothing. A take is
 O(log keys): a sorted-set head, a pop, a push.
 
 A consumer pays nothing for this while no call carries a lane: it waits with
-its ``BLMOVE`` (:mod:`toolexec.inbox`). It switches to the script when a message
+its ``BLMOVE`` (:mod:`toolexec.transport.inbox`). It switches to the script when a message
 it took carries a lane (that message is put back at the queue's head and sorted
 with the rest, in the same script) and stays on it while lanes hold calls. Once
 a second it takes through the script anyway (same round trip, one message), so

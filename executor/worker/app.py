@@ -1,6 +1,6 @@
 """The Celery application, configured from :class:`Settings` when first used.
 
-``celery -A toolexec.app worker|inspect|events|flower`` works as operators
+``celery -A toolexec.worker.app worker|inspect|events|flower`` works as operators
 expect: the module-level :data:`app` reads its settings through Celery's
 ``on_configure`` hook, not at import time. Everything Celery does with a
 message is fixed here: JSON only, late acknowledgement, redelivery of calls
@@ -25,8 +25,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     """Celery settings for toolexec; see docs/background.md, Celery for why each matters."""
     state_url = redis_url(settings)
     # One list per queue (no kombu priority sub-lists: toolexec's priorities and fairness
-    # keys are lanes a worker sorts the queue into, toolexec.lanes), so that a worker takes
-    # a message by moving it, never holding it only in memory (toolexec.inbox).
+    # keys are lanes a worker sorts the queue into, toolexec.transport.lanes), so that a worker
+    # takes
+    # a message by moving it, never holding it only in memory (toolexec.transport.inbox).
     transport = {"visibility_timeout": settings.visibility_timeout, "priority_steps": [0]}
     # sentinel:// needs master_name in the transport options; rediss:// an ssl_cert_reqs.
     broker, broker_options = celery_url(settings.broker_url or state_url)
@@ -56,7 +57,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         # Celery 5.7 counts that resend against max_retries, so it cannot loop.
         # (task_retry_on_worker_lost covers a prefork child that dies; a whole worker
         # killed leaves its messages unacked, and on a Redis broker the other workers
-        # put them back within seconds (toolexec.orphans) while a call that had
+        # put them back within seconds (toolexec.transport.orphans) while a call that had
         # started is handed over by its lease (toolexec.idempotency); the visibility
         # timeout stays as the last backstop: Settings.visibility_timeout.)
         "task_acks_late": True,
@@ -72,8 +73,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "task_send_sent_event": settings.task_events,
         "imports": ["toolexec.tasks", *settings.tools],
         "worker_hijack_root_logger": False,
-        # reconnect at the pace of a blip, not of an outage (toolexec.consumer)
-        "worker_consumer": "toolexec.consumer:Consumer",
+        # reconnect at the pace of a blip, not of an outage (toolexec.worker.consumer)
+        "worker_consumer": "toolexec.worker.consumer:Consumer",
         # After a reconnect Celery lowers the prefetch and raises it again from the
         # callback of each finished task; on the threads pool that callback runs on a
         # pool thread and its basic.qos RPC reads the AMQP socket the consumer is
@@ -98,8 +99,8 @@ def create_app(
     # Named, not imported: Celery resolves a step's name when a worker builds its
     # consumer, so a process that only sends (an agent) never loads celery.worker
     # or toolexec's worker side (tests/unit/test_import_boundaries.py).
-    celery_app.steps["consumer"].add("toolexec.consumer:LivenessBeat")
-    celery_app.steps["consumer"].add("toolexec.consumer:OrphanWatchStep")
+    celery_app.steps["consumer"].add("toolexec.worker.consumer:LivenessBeat")
+    celery_app.steps["consumer"].add("toolexec.worker.consumer:OrphanWatchStep")
     if settings is not None:
         celery_app.conf.update(celery_config(settings))
         celery_app.conf.toolexec_settings = settings
@@ -143,7 +144,7 @@ def settings_of(celery_app: Celery) -> Settings:
     return found
 
 
-#: The application ``celery -A toolexec.app`` and the worker use; declared here,
+#: The application ``celery -A toolexec.worker.app`` and the worker use; declared here,
 #: made on first use by :func:`__getattr__` below.
 app: Celery
 
@@ -152,7 +153,8 @@ _app_lock = threading.Lock()
 
 
 def __getattr__(name: str) -> Celery:
-    """``app``: the application ``celery -A toolexec.app`` and the worker use, made on first use.
+    """``app``: the application ``celery -A toolexec.worker.app`` and the worker use, made on first
+    use.
 
     Not at import: a client imports this module to build its own app
     (``toolexec.client.publish``), and a worker's app loads Celery's Django

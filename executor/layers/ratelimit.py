@@ -16,7 +16,7 @@ slot would come after its deadline reserves nothing and ends at once with
 aside and a warning is logged.
 
 The slot is reserved in the attempt's admission round trip, together with the
-other layers' asks (``toolexec.batch``). An attempt that an outer layer
+other layers' asks (``toolexec.layers.batch``). An attempt that an outer layer
 answers first (a replay, a duplicate in flight) gives its slot back in the
 settlement, unless a later reservation came in between: then that slot stays
 spent, as if the call had been made.
@@ -30,14 +30,14 @@ from typing import Any
 
 import redis
 
-from toolexec.batch import Batch
 from toolexec.clock import Clock, SystemClock
 from toolexec.errors import ThrottledError
-from toolexec.failopen import FailOpen
 from toolexec.keys import Keys
 from toolexec.layers import Attempt, Layer, Outcome, Proceed, Verdict
+from toolexec.layers.batch import Batch
 from toolexec.lua import register, script_source
 from toolexec.policies import RateLimitPolicy
+from toolexec.stores.failopen import FailOpen
 
 __all__ = ["RateLimitLayer", "RateLimiter", "Slot"]
 
@@ -93,7 +93,7 @@ class RateLimiter:
     ) -> None:
         """:meth:`reserve` queued on ``batch``: ``take`` gets the slot when it runs.
 
-        While Redis is away the call goes at once, unlimited (``toolexec.failopen``).
+        While Redis is away the call goes at once, unlimited (``toolexec.stores.failopen``).
         """
         unlimited = Slot(wait=0.0, reserved=True)
         if self.fail_open.down():

@@ -50,13 +50,13 @@ from toolexec.errors import (
     UnauthorizedError,
     UnavailableError,
 )
-from toolexec.failopen import REDIS_ERRORS, FailOpen
 from toolexec.keys import FAULT_SEQUENCE_TTL_S, Keys
 from toolexec.layers import Attempt, Layer, Outcome, Proceed
+from toolexec.stores.failopen import REDIS_ERRORS, FailOpen
 
 __all__ = ["INJECTABLE", "FaultConfig", "FaultLayer", "FaultPlan", "FaultStore", "injected_error"]
 
-log = logging.getLogger("toolexec.faults")
+log = logging.getLogger("toolexec.layers.faults")
 
 #: The failures a tool itself can meet, and the exception each is raised as.
 INJECTABLE: dict[ErrorType, type[ToolException]] = {

@@ -7,7 +7,7 @@ exists only in the worker's socket buffer: a SIGKILL there loses it for good
 Under load the gap is not a few microseconds: the event loop may be busy with
 acknowledgements while Redis has already popped the next message. The chaos
 tests lost one call in about fourteen worker kills that way, after
-:mod:`toolexec.orphans` had closed every other gap.
+:mod:`toolexec.transport.orphans` had closed every other gap.
 
 Here, when a channel consumes exactly one list, its wait is ``BLMOVE queue
 inbox``: the message is never out of Redis. The append that records it
@@ -20,7 +20,7 @@ several queues (no Redis command moves from the first non-empty of several
 lists), a broker with a ``global_keyprefix`` (kombu's prefixing client does not
 know ``BLMOVE``), a server older than Redis 6.2, or a process without an orphan
 watch (nobody would empty its inbox). toolexec sets ``priority_steps`` to one
-step (:mod:`toolexec.app`) so that a queue is one list.
+step (:mod:`toolexec.worker.app`) so that a queue is one list.
 
 Both waits end in the same read, which checks what Redis handed over before
 kombu sees it: bytes that are not a JSON envelope, or an envelope of a shape
@@ -45,9 +45,9 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 from redis.exceptions import NoScriptError
 
-from toolexec import lanes, orphans
-from toolexec.logs import oneline
-from toolexec.poison import envelope_problem, short_hash
+from toolexec.pipeline.poison import envelope_problem, short_hash
+from toolexec.transport import lanes, orphans
+from toolexec.worker.logs import oneline
 
 __all__ = ["Refusal", "read", "set_refusal_sink", "start", "take_pending"]
 
@@ -152,7 +152,8 @@ def read(channel: Any, options: dict[str, Any]) -> bool:
 
 
 def _take(channel: Any, queue: str, inbox: str, scripted: bool, options: dict[str, Any]) -> bytes:
-    """The message a ``BLMOVE`` or a lane take moved into the inbox (:mod:`toolexec.lanes`)."""
+    """The message a ``BLMOVE`` or a lane take moved into the inbox
+    (:mod:`toolexec.transport.lanes`)."""
     keys = orphans.broker_keys()
     if scripted:
         try:

@@ -22,7 +22,7 @@ from toolexec.clock import Clock
 
 __all__ = ["REDIS_ERRORS", "FailOpen"]
 
-_default_log = logging.getLogger("toolexec.failopen")
+_default_log = logging.getLogger("toolexec.stores.failopen")
 
 #: What Redis being away looks like; anything else (a script error) is a bug and raises.
 REDIS_ERRORS: tuple[type[Exception], ...] = (

@@ -36,16 +36,16 @@ from typing import Any
 
 import redis
 
-from toolexec.batch import Batch
 from toolexec.breaker.policy import breaker_name, counts_as_failure
 from toolexec.clock import Clock
 from toolexec.errors import RetryBudgetExhaustedError, ToolException
-from toolexec.failopen import FailOpen
 from toolexec.keys import BUDGET_IDLE_TTL_S, Keys
 from toolexec.layers import Attempt, Layer, Outcome, Proceed, Verdict
+from toolexec.layers.batch import Batch
 from toolexec.lua import register, script_source
 from toolexec.policies import RetryBudgetPolicy
-from toolexec.tally import Tally, Writer
+from toolexec.stores.failopen import FailOpen
+from toolexec.stores.tally import Tally, Writer
 from toolexec.waits import budget_wait, failing_share
 
 __all__ = ["BudgetView", "RetryBudget", "RetryBudgetLayer", "budget_name"]
@@ -188,9 +188,9 @@ class RetryBudget:
         """:meth:`record` queued on ``batch``, its reply unneeded.
 
         ``write`` (an id, and until when to remember it) makes it a held write
-        that counts once however often it is sent (``toolexec.batch``).
+        that counts once however often it is sent (``toolexec.layers.batch``).
         ``amount``: how many such attempts it stands for (a worker's sum of its
-        calls or successes, ``toolexec.tally``).
+        calls or successes, ``toolexec.stores.tally``).
         """
         if policy.kind == "ratio" and not first_attempt:
             return
@@ -292,7 +292,7 @@ class RetryBudgetLayer(Layer):
     Tools that cannot retry (``max_attempts`` 1) are left alone. With a
     ``tally`` (a worker's), a first attempt's count on a ratio budget and a
     success on a token budget are added up in the process and written with its
-    next flush (``toolexec.tally``); a failure or a retry's outcome is written
+    next flush (``toolexec.stores.tally``); a failure or a retry's outcome is written
     with its call, after the counts still pending.
     """
 

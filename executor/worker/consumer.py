@@ -4,7 +4,7 @@ Two parts. :class:`Consumer` is Celery's consumer with a reconnection pace
 fit for a blip: Celery asks kombu to wait 2 s, then 4, 6, ... up to 30 s
 between attempts, so after three restarts of Redis a worker would sit idle
 for seconds after Redis is back; here it tries every half second, then at
-most every 2 s (``worker_consumer`` in :mod:`toolexec.app`).
+most every 2 s (``worker_consumer`` in :mod:`toolexec.worker.app`).
 
 :class:`LivenessBeat` is a consumer bootstep that writes a small JSON file
 once a second from inside the consumer's own event loop: when the file goes
@@ -14,7 +14,7 @@ after a reconnect" keep their process alive, so a PID check passes). The
 file also says how many slots are busy, which is what ``toolexec health``
 (:mod:`toolexec.ops.health`) needs to tell a busy worker from a stuck one.
 
-:class:`OrphanWatchStep` runs :class:`toolexec.orphans.OrphanWatch` for a
+:class:`OrphanWatchStep` runs :class:`toolexec.transport.orphans.OrphanWatch` for a
 Redis broker, so that a killed worker's messages go back to their queues
 within seconds instead of the visibility timeout.
 """
@@ -156,7 +156,7 @@ class LivenessBeat(bootsteps.StartStopStep):  # type: ignore[misc]
         self.timer: Any = None
 
     def start(self, parent: Any) -> None:
-        from toolexec.app import settings_of
+        from toolexec.worker.app import settings_of
 
         directory = beat_dir(settings_of(parent.app).data_dir)
         directory.mkdir(parents=True, exist_ok=True)
@@ -198,7 +198,7 @@ class LivenessBeat(bootsteps.StartStopStep):  # type: ignore[misc]
 
 
 class OrphanWatchStep(bootsteps.StartStopStep):  # type: ignore[misc]
-    """Starts this process's :class:`~toolexec.orphans.OrphanWatch` before it consumes.
+    """Starts this process's :class:`~toolexec.transport.orphans.OrphanWatch` before it consumes.
 
     Every step but the event loop starts before the first message is read, so
     the consumer's first beat is written before it holds anything. RabbitMQ
@@ -214,9 +214,9 @@ class OrphanWatchStep(bootsteps.StartStopStep):  # type: ignore[misc]
     def start(self, parent: Any) -> None:
         if self.watch is not None or parent.connection.transport.driver_type != "redis":
             return
-        from toolexec import orphans
-        from toolexec.app import settings_of
         from toolexec.keys import BrokerKeys
+        from toolexec.transport import orphans
+        from toolexec.worker.app import settings_of
 
         app = parent.app
         settings = settings_of(app)

@@ -3,7 +3,7 @@
 The task calls four hooks (an attempt started; it ended in a retry; the call
 ended; the attempt stopped without an outcome of its own, deferred by a rate
 limit or answered by another worker) and this fans them out to
-:class:`~toolexec.stats.CallStats` (fleet-wide counters for ``toolexec
+:class:`~toolexec.stores.stats.CallStats` (fleet-wide counters for ``toolexec
 status``) and to every :class:`Reporter` the process registered. The
 Prometheus metrics are one (:class:`toolexec.ops.metrics.Metrics`), registered
 by ``toolexec worker`` with :func:`add_reporter`: the worker's core imports
@@ -22,14 +22,14 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Protocol
 
-from toolexec.batch import Batch
 from toolexec.breaker import Transition
 from toolexec.clock import Clock, SystemClock
 from toolexec.context import CallContext
 from toolexec.keys import WRITE_ID_MARGIN_S
+from toolexec.layers.batch import Batch
 from toolexec.registry import ToolSpec
 from toolexec.results import ToolResult
-from toolexec.stats import CallStats
+from toolexec.stores.stats import CallStats
 from toolexec.tracing import AttemptSpans
 
 __all__ = ["LEASE_GRACE_S", "CallObservers", "Reporter", "add_reporter", "reporters"]
@@ -67,7 +67,7 @@ class Reporter(Protocol):
         """A ``kind`` (result or arguments) of ``tool`` went to the payload store."""
 
     def write_dropped(self, write: str) -> None:
-        """A held write beside an answer was given up (``toolexec.batch``)."""
+        """A held write beside an answer was given up (``toolexec.layers.batch``)."""
 
     def on_transition(self, transition: Transition) -> None:
         """A breaker this process drove changed state."""
@@ -206,7 +206,7 @@ class CallObservers:
         """A Redis counter, queued on the attempt's ``batch`` when there is one.
 
         With ``held`` (the call) it is a held write there, sent again after a
-        blip while the call's deadline allows (``toolexec.batch``). Its error
+        blip while the call's deadline allows (``toolexec.layers.batch``). Its error
         comes when the batch runs or gives it up, and is dropped the same way.
         """
         if batch is None:

@@ -20,9 +20,7 @@ import pydantic
 import pydantic_core
 from pydantic_core import to_jsonable_python
 
-from toolexec.batch import Batch
 from toolexec.bounds import text_problem
-from toolexec.classify import classify_exception, classify_response
 from toolexec.clock import Clock, SystemClock
 from toolexec.context import CallContext
 from toolexec.errors import (
@@ -46,6 +44,10 @@ from toolexec.layers import (
     Verdict,
     compose,
 )
+from toolexec.layers.batch import Batch
+from toolexec.pipeline.classify import classify_exception, classify_response
+from toolexec.pipeline.runner import Runner
+from toolexec.pipeline.streams import bounded_body
 from toolexec.redaction import scrub_text, secret_names
 from toolexec.results import (
     ErrorInfo,
@@ -57,8 +59,6 @@ from toolexec.results import (
 from toolexec.results import elapsed_ms_for as _elapsed_ms
 from toolexec.results import timings_for as _timings
 from toolexec.retry import decide
-from toolexec.runner import Runner
-from toolexec.streams import bounded_body
 from toolexec.validation import describe_validation_error
 
 if TYPE_CHECKING:  # a type only: the registry imports the fallback steps

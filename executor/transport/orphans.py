@@ -119,7 +119,8 @@ def held_key() -> str | None:
 
 
 def inbox_key(queue: str) -> str | None:
-    """This process's inbox for ``queue`` (``toolexec.inbox``), or None without a watcher."""
+    """This process's inbox for ``queue`` (``toolexec.transport.inbox``), or None without a
+    watcher."""
     if _holder is None or _holder.pid != os.getpid():
         return None
     return _holder.keys.inbox(_holder.consumer, queue)

@@ -5,7 +5,7 @@ and need a scraper to add them up. These live in Redis, so one command on any
 host sees what the whole fleet did in the last minutes and which attempts run
 now, with no monitoring stack. Workers write them through :class:`CallStats`:
 a few commands when an attempt starts and when it ends, each time in the
-round trip the attempt makes anyway (``toolexec.batch``), into a hash of
+round trip the attempt makes anyway (``toolexec.layers.batch``), into a hash of
 the last hour's minutes (bounded by the number of tools, not of calls, and
 pruned as the minutes pass, so the key count is flat) and a sorted
 set of running attempts, whose members carry a lease so that an attempt of a
@@ -23,11 +23,11 @@ from typing import Any
 
 import redis
 
-from toolexec.batch import Batch, OnError
 from toolexec.clock import Clock, SystemClock
 from toolexec.keys import STATS_TTL_S, Keys, bucket_of
+from toolexec.layers.batch import Batch, OnError
 from toolexec.lua import register, script_source
-from toolexec.tally import Tally, Writer
+from toolexec.stores.tally import Tally, Writer
 
 __all__ = ["CallStats", "ToolStats", "running_attempt"]
 
@@ -106,7 +106,7 @@ class CallStats:
     last write; it must exceed every lease (the longest deadline allowed).
     With a ``tally`` (a worker's), a call that succeeds is counted there and
     written with the process's next flush, and an attempt joins the running
-    set only if it outlives one (``toolexec.tally``); failures, retries and
+    set only if it outlives one (``toolexec.stores.tally``); failures, retries and
     hand-overs are written with their call as before.
     """
 
@@ -185,7 +185,7 @@ class CallStats:
         ``call_of``'s. ``chained``: a fallback chain gave the answer, whose
         attempt, if a tool ran, was counted when it handed on (:meth:`handed_on`).
         With ``keep_until`` (the call's deadline and a margin) the counts are a
-        held write (``toolexec.batch``): sent again after a blip, counted once.
+        held write (``toolexec.layers.batch``): sent again after a blip, counted once.
         """
         outcome = "ok" if error_type is None else f"failed{_SEP}{error_type}"
         call = {"calls": 1, outcome: 1} | ({"degraded": 1} if degraded else {})

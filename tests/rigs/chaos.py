@@ -36,12 +36,12 @@ from typing import Any, Literal
 import redis
 
 from toolexec.client import ToolClient
-from toolexec.consumer import read_beats
 from toolexec.errors import ErrorType, InfrastructureError
 from toolexec.keys import BrokerKeys
 from toolexec.results import ToolResult
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
+from toolexec.worker.consumer import read_beats
 
 __all__ = [
     "HANG_SLACK_S",
@@ -722,7 +722,8 @@ class Fault:
     in_flight: int = 20
     call_s: float = 2.0
     timeout: float = 40.0
-    #: Fairness keys and priorities the calls use, in turn (toolexec.lanes); none: no lane.
+    # : Fairness keys and priorities the calls use, in turn (toolexec.transport.lanes); none: no
+    # lane.
     lanes: tuple[Mapping[str, Any], ...] = ()
     #: Calls more than the slots free, sent once the in-flight ones run: they wait in the
     #: queue's lanes when the fault lands (and count with the calls in flight).
@@ -758,7 +759,7 @@ def run_fault(built: Rig, fault: Fault, settle_s: float = 20.0) -> Tally:
 
 
 def waiting_in_lanes(built: Rig, queue: str = "tools", *, sorted_only: bool = True) -> int:
-    """Calls sorted into ``queue``'s lanes on the rig's Redis broker (toolexec.lanes).
+    """Calls sorted into ``queue``'s lanes on the rig's Redis broker (toolexec.transport.lanes).
 
     ``sorted_only=False`` counts those still in the queue itself too.
     """

@@ -12,7 +12,7 @@ change, a probe or a refused retry is written with its call as before, and
 the successes pending for the same unit go first in that round trip
 (:meth:`Tally.take_into`), so that a breaker still sees them in their order.
 
-A flush is a held write (``toolexec.batch``): each unit's sum carries a write
+A flush is a held write (``toolexec.layers.batch``): each unit's sum carries a write
 id of its own, so a flush whose connection broke is sent again at the next
 one and counted once, for as long as the scripts remember the id; past that
 it is given up with one warning, as a call's held writes are.
@@ -36,9 +36,9 @@ from typing import Any
 
 import redis
 
-from toolexec.batch import Batch
 from toolexec.clock import Clock, SystemClock
-from toolexec.failopen import REDIS_ERRORS
+from toolexec.layers.batch import Batch
+from toolexec.stores.failopen import REDIS_ERRORS
 
 __all__ = ["FLUSH_S", "Tally", "Writer"]
 

@@ -2,7 +2,7 @@
 
 A layer is a class with three hooks, each a no-op by default, in the manner of
 dramatiq's middleware: a protection overrides only the hooks it needs, and the
-executor (``toolexec.execution``) calls every hook of every layer at a fixed
+executor (``toolexec.pipeline.execution``) calls every hook of every layer at a fixed
 point of an attempt, so nothing is found by name or passed through a side door.
 
 ``around(attempt, proceed)``
@@ -19,7 +19,7 @@ point of an attempt, so nothing is found by name or passed through a side door.
     replace it: what a layer stores can depend on whether the call ends or
     retries, which is known only after every ``around`` has returned.
 
-Two more hooks let the layers share round trips (``toolexec.batch``):
+Two more hooks let the layers share round trips (``toolexec.layers.batch``):
 
 ``admit(attempt, batch)``
     Before any ``around``, outermost first: queue what the layer asks Redis
@@ -45,10 +45,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from toolexec.batch import Batch
 from toolexec.context import CallContext
 from toolexec.errors import ToolException
 from toolexec.keys import WRITE_ID_MARGIN_S
+from toolexec.layers.batch import Batch
 from toolexec.results import PayloadRef, ToolResult
 
 if TYPE_CHECKING:  # only types here: the registry imports the policies of layer modules,
@@ -91,7 +91,7 @@ class Attempt:
     def write(self) -> tuple[str, float]:
         """This attempt's write id and until when a script must remember it.
 
-        A held write (``toolexec.batch``) carries it, so that sent again after
+        A held write (``toolexec.layers.batch``) carries it, so that sent again after
         a broken connection it is counted once.
         """
         return f"{self.ctx.call_id}:{self.number}", self.ctx.deadline + WRITE_ID_MARGIN_S
@@ -111,7 +111,7 @@ class Outcome:
     duration_s: float = 0.0
     ran: bool = True
     payload: PayloadRef | None = None
-    injected: bool = False  # an injected fault (toolexec.faults) shaped this outcome
+    injected: bool = False  # an injected fault (toolexec.layers.faults) shaped this outcome
 
     @property
     def ok(self) -> bool:
@@ -163,7 +163,7 @@ class NoReply:
 class Defer:
     """Run this same attempt again after ``delay`` seconds; it used no attempt.
 
-    A shared rate limit reserved a slot that far ahead (``toolexec.ratelimit``):
+    A shared rate limit reserved a slot that far ahead (``toolexec.layers.ratelimit``):
     the call waits in the queue instead of calling the service.
     """
 

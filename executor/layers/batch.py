@@ -27,11 +27,11 @@ import redis.exceptions
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from toolexec.failopen import REDIS_ERRORS
+from toolexec.stores.failopen import REDIS_ERRORS
 
 __all__ = ["Batch", "OnError", "OnReply"]
 
-log = logging.getLogger("toolexec.batch")
+log = logging.getLogger("toolexec.layers.batch")
 
 OnReply = Callable[[Any], None]
 OnError = Callable[[Exception], None]
@@ -53,7 +53,7 @@ class Batch:
 
     A callback gets its entry's reply (the last command's, for an entry of
     several); ``on_error`` gets a Redis error instead, so that each owner
-    decides how to go on without Redis (``toolexec.failopen``). An error
+    decides how to go on without Redis (``toolexec.stores.failopen``). An error
     nobody handles is raised by :meth:`execute` after every callback ran.
     Not thread-safe: a batch belongs to one attempt.
     """

@@ -1,7 +1,7 @@
 """The fleet's fairness settings, and what waits in each queue's lanes (Redis broker).
 
 Weights and ``max_in_flight`` per fairness key live on the broker beside the
-lanes (:mod:`toolexec.lanes` reads them inside its script); ``toolexec fairness
+lanes (:mod:`toolexec.transport.lanes` reads them inside its script); ``toolexec fairness
 set`` writes them. :meth:`FairnessStore.lanes` is what ``toolexec status`` and
 the metrics show: per priority the calls waiting and the oldest one's age, and
 the keys with the most calls waiting, a bounded number of them (a fleet with

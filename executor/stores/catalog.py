@@ -43,7 +43,7 @@ class CatalogPolicy(TypedDict):
     fallbacks: NotRequired[list[Any]]
     #: The tool's default priority (``@tool(priority=...)``, toolexec.fairness).
     priority: NotRequired[int | None]
-    #: The tool's cap on calls in flight (``@tool(max_in_flight=...)``, toolexec.lanes).
+    #: The tool's cap on calls in flight (``@tool(max_in_flight=...)``, toolexec.transport.lanes).
     max_in_flight: NotRequired[int | None]
 
 
