@@ -29,6 +29,15 @@ kombu's channel would raise on (``{}``, a list ``delivery_tag``, an unknown
 head of its queue, so every worker that took it stopped too. Such an item is
 refused (:func:`set_refusal_sink`: dead-lettered with a reason, logged once by
 queue and short hash, never its body) and never goes back to the queue.
+
+A take whose reply a broken connection lost (Redis killed after it moved the
+message and wrote its AOF, before the reply reached the worker) leaves the
+message in the inbox of a consumer that is alive: the orphan watch never
+judges it dead, and the call waited out its deadline (the lanes' chaos test,
+one call in a clean-clone run). So a read that meets a connection error notes
+its inbox, and the consumer's next wait first moves what that inbox holds back
+to the head of its queue. Nothing there is the consumer's own any more: a take
+is recorded (and so removed from the inbox) or put back before the next wait.
 """
 
 from __future__ import annotations
@@ -66,6 +75,10 @@ _TAKING = "_toolexec_taking"
 #: Delivery runs on the thread that read the message, and kombu may record it on
 #: another channel than the one that read it, hence a thread-local, not the channel.
 _taken = threading.local()
+
+#: Inboxes a take's reply was lost for, (queue, inbox): emptied before the next wait.
+_unread: set[tuple[str, str]] = set()
+_unread_lock = threading.Lock()
 
 
 def set_refusal_sink(sink: Refusal | None) -> None:
@@ -111,6 +124,7 @@ def start(channel: Any, timeout: Any, brpop_start: Callable[[Any], Any]) -> None
         brpop_start(timeout)
         return
     orphans.announce_inbox(channel.client, queue)
+    _hand_back_unread(channel)
     keys = orphans.broker_keys()
     state = lanes.state_of(channel)
     now = monotonic()
@@ -146,9 +160,41 @@ def read(channel: Any, options: dict[str, Any]) -> bool:
         channel._queue_cycle.rotate(queue)
         _deliver(channel, queue, inbox, item)
         return True
+    except channel.connection_errors:
+        if taking is not None:  # the take may have moved a message its reply never brought
+            with _unread_lock:
+                _unread.add((taking[0], taking[1]))
+        raise
     finally:
         channel._in_poll = None
         channel._flush_brpop_reauth()
+
+
+def _hand_back_unread(channel: Any) -> None:
+    """Move what lost takes left in their inboxes back to the heads of their queues.
+
+    Still away (the broker is restarting): the inboxes stay noted and the error
+    goes to kombu, as the wait's own send would have raised it.
+    """
+    if not _unread:
+        return
+    with _unread_lock:
+        pending = sorted(_unread)
+        _unread.clear()
+    moved = 0
+    try:
+        for queue, inbox in pending:
+            while channel.client.lmove(inbox, queue, "LEFT", "RIGHT") is not None:
+                moved += 1
+    except channel.connection_errors:
+        with _unread_lock:
+            _unread.update(pending)
+        raise
+    if moved:
+        log.warning(
+            "%d message(s) a broken connection took without delivering are back in their queue",
+            moved,
+        )
 
 
 def _take(channel: Any, queue: str, inbox: str, scripted: bool, options: dict[str, Any]) -> bytes:

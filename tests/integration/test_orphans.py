@@ -211,3 +211,38 @@ def test_a_message_moved_but_never_recorded_goes_back_when_its_taker_dies(
     assert again.payload == {"call": 5}
     again.ack()
     assert client.llen(keys.inbox(dead, queue)) == 0
+
+
+def test_a_take_whose_reply_a_broken_connection_lost_is_back_before_the_next_wait(
+    broker: Connection, keys: BrokerKeys
+) -> None:
+    """Redis killed after it moved a message into a live consumer's inbox, before the reply.
+
+    The consumer keeps beating, so no watcher restores its inbox: without the
+    hand-back the call waited out its deadline (the lanes' chaos test lost one so).
+    """
+    queue = f"t-orphans-{uuid.uuid4().hex[:8]}"
+    broker.SimpleQueue(queue).put({"call": 6})
+    me = orphans.activate(keys)
+    channel = _one_list(broker).channel()
+    got: list[Any] = []
+    channel.basic_consume(queue, no_ack=False, callback=got.append, consumer_tag="t")
+    channel.client.connection = channel.client.connection_pool.get_connection()
+    channel._brpop_start(timeout=1)
+    client = broker.default_channel.client
+    assert wait_until(lambda: client.llen(keys.inbox(me, queue)) == 1, 10)
+    # the connection breaks with the move's reply unread (its socket gone under redis-py)
+    channel.client.connection._sock.close()
+    with pytest.raises(channel.connection_errors):
+        channel._brpop_read()
+    assert client.llen(keys.inbox(me, queue)) == 1  # the consumer lives: no watcher takes it
+
+    # kombu's poller waits again on a fresh connection
+    channel.client.connection = channel.client.connection_pool.get_connection()
+    channel._brpop_start(timeout=1)
+    assert channel._brpop_read()
+
+    assert [m.payload for m in got] == [{"call": 6}]
+    assert client.llen(keys.inbox(me, queue)) == 0
+    assert client.llen(queue) == 0
+    got[0].ack()
