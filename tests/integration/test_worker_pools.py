@@ -105,10 +105,15 @@ def test_on_one_shared_pool_the_same_fast_call_waits_for_a_slow_slot(
     shared.start(settings.redis_url or "", settings.key_prefix)
     try:
         with ToolClient(settings) as client:
+            submitted = time.monotonic()
             slow = _saturate(client)
             _wait_busy(settings, shared, SLOW_SLOTS)  # the slow calls take both slots
-            (latency,) = _fast_latencies(client, 1)
-            assert latency > SLOW_S / 2, latency
+            _fast_latencies(client, 1)
+            # The fast call ran only once a slow call had given its slot back: no sooner
+            # than SLOW_S after the slow calls were sent. Its own latency is not the measure:
+            # the slow calls' start is seen through the worker's beat, which on a loaded
+            # machine comes late (a clean-clone run waited 0.99 s of the 2 s so).
+            assert time.monotonic() - submitted >= SLOW_S
             assert all(h.result().ok for h in slow)
     finally:
         shared.stop(timeout=2 * SLOW_S + 10)
