@@ -7,7 +7,8 @@ worker uses for ``--mcp-server`` (``toolexec.mcp.sessions.Hub``), OAuth included
 (``toolexec.mcp.oauth``): it lists the tools and calls each, as a worker proxying
 that server would. The suite's authorization servers approve at once, so the
 user-agent step of the authorization-code grant is played here by following the
-authorization URL's redirect without a browser.
+authorization URL's redirect without a browser, and the caller a remote server's
+question is forwarded to accepts the defaults it offers.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 from mcp.shared.auth import AuthorizationCodeResult
 
+from toolexec.caller import Answer
 from toolexec.mcp.oauth import OAuth
 from toolexec.mcp.servers import RemoteServer
 from toolexec.mcp.sessions import Hub
@@ -37,6 +41,14 @@ async def follow(authorization_url: str) -> AuthorizationCodeResult:
     return AuthorizationCodeResult(
         code=first["code"], state=first.get("state"), iss=first.get("iss")
     )
+
+
+def accept_defaults(message: str, schema: Mapping[str, Any]) -> Answer:
+    """The caller of the elicitation scenario: a user who accepts every default offered
+    (the server's question reached it through the session's elicitation forwarding)."""
+    properties: Mapping[str, Any] = schema.get("properties") or {}
+    content = {name: field["default"] for name, field in properties.items() if "default" in field}
+    return Answer(action="accept", content=content)
 
 
 def oauth_for(scenario: str, context: dict[str, str]) -> OAuth:
@@ -66,7 +78,9 @@ def main(url: str) -> int:
     tools = hub.run(hub.session(server).list_tools(), 30.0)
     for name in sorted(tools):
         try:
-            answer = hub.run(hub.call(server, name, ARGUMENTS.get(name, {}), 20.0), 30.0)
+            answer = hub.run(
+                hub.call(server, name, ARGUMENTS.get(name, {}), 20.0, ask=accept_defaults), 30.0
+            )
             print(f"{scenario}: {name} -> {answer!r}"[:300])
         except Exception as exc:  # the scenario's checks say what was wrong
             print(f"{scenario}: {name} failed: {exc}"[:300])
