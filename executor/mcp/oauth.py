@@ -15,9 +15,10 @@ does (a resource-metadata mismatch is refused). Two grants:
   code. A worker has no browser, so without ``authorize`` the flow stops with
   an error saying so; a ``toolexec mcp login`` command is not written yet.
 
-Tokens are kept in this process's memory (one sign-in per worker process);
-they are never logged (``OAuth``'s secret is kept out of its repr). A store
-shared by the fleet and encrypted at rest is not written yet.
+With ``TOOLEXEC_MCP_TOKEN_KEY`` (a Fernet key) the tokens are the fleet's,
+sealed in Redis and refreshed by one process at a time (``toolexec.mcp.tokens``);
+without it each process keeps its own in memory (one sign-in per worker
+process). Tokens are never logged (``OAuth``'s secret is kept out of its repr).
 """
 
 from __future__ import annotations
@@ -37,9 +38,13 @@ from mcp.shared.auth import (
 )
 from pydantic import AnyUrl
 
+from toolexec.connection import async_redis_client
 from toolexec.errors import ConfigurationError
+from toolexec.keys import Keys
+from toolexec.mcp.tokens import FleetAuth, FleetTokens, cipher_from, store_ident
+from toolexec.settings import Settings
 
-__all__ = ["MemoryTokens", "OAuth", "auth_for"]
+__all__ = ["MemoryTokens", "OAuth", "auth_for", "fleet_store"]
 
 Authorize = Callable[[str], Awaitable[AuthorizationCodeResult]]
 
@@ -72,6 +77,14 @@ class MemoryTokens:
         self.tokens: OAuthToken | None = None
         self.client: OAuthClientInformationFull | None = None
 
+    @property
+    def preset(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    @preset.setter
+    def preset(self, client: OAuthClientInformationFull | None) -> None:
+        self.client = client
+
     async def get_tokens(self) -> OAuthToken | None:
         return self.tokens
 
@@ -85,9 +98,28 @@ class MemoryTokens:
         self.client = client_info
 
 
-def auth_for(url: str, oauth: OAuth) -> httpx2.Auth:
-    """The httpx auth of a session to ``url``: the SDK's provider for the chosen grant."""
-    storage = MemoryTokens()
+def fleet_store(
+    name: str, url: str, oauth: OAuth, settings: Settings | None = None
+) -> FleetTokens | None:
+    """The fleet's sealed store for this server's tokens; None without a key or a Redis."""
+    settings = settings or Settings()
+    key = settings.mcp_token_key.get_secret_value() if settings.mcp_token_key else None
+    cipher = cipher_from(key)
+    if cipher is None or not settings.redis_url:
+        return None
+    client = async_redis_client(settings.redis_url)
+    ident = store_ident(name, url, oauth.client_id)
+    return FleetTokens(client, Keys(prefix=settings.key_prefix), ident, cipher)
+
+
+def auth_for(url: str, oauth: OAuth, store: FleetTokens | None = None) -> httpx2.Auth:
+    """The httpx auth of a session to ``url``: the SDK's provider for the chosen grant,
+    with its tokens in the fleet's ``store`` when there is one."""
+    provider = _provider(url, oauth, store or MemoryTokens())
+    return FleetAuth(provider, store) if store is not None else provider
+
+
+def _provider(url: str, oauth: OAuth, storage: MemoryTokens | FleetTokens) -> OAuthClientProvider:
     if oauth.grant == "client_credentials":
         method = oauth.token_endpoint_auth_method
         return ClientCredentialsOAuthProvider(
@@ -110,7 +142,7 @@ def auth_for(url: str, oauth: OAuth) -> httpx2.Auth:
         scope=oauth.scope,
     )
     if oauth.client_id:  # pre-registered: no dynamic registration
-        storage.client = OAuthClientInformationFull(
+        storage.preset = OAuthClientInformationFull(
             client_id=oauth.client_id,
             client_secret=oauth.client_secret,
             redirect_uris=[redirect],

@@ -228,9 +228,9 @@ def _auth(server: RemoteServer) -> httpx2.Auth | None:
     """The OAuth flow of a server declared with ``oauth=`` (``toolexec.mcp.oauth``)."""
     if server.oauth is None or server.url is None:
         return None
-    from toolexec.mcp.oauth import auth_for
+    from toolexec.mcp.oauth import auth_for, fleet_store
 
-    return auth_for(server.url, server.oauth)
+    return auth_for(server.url, server.oauth, fleet_store(server.name, server.url, server.oauth))
 
 
 async def _note_status(response: httpx2.Response) -> None:
