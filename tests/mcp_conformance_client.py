@@ -52,6 +52,14 @@ def accept_defaults(message: str, schema: Mapping[str, Any]) -> Answer:
 
 
 def oauth_for(scenario: str, context: dict[str, str]) -> OAuth:
+    if scenario == "auth/client-credentials-jwt":
+        return OAuth(
+            grant="client_credentials",
+            client_id=context.get("client_id"),
+            token_endpoint_auth_method="private_key_jwt",
+            private_key=context.get("private_key_pem"),
+            signing_algorithm=context.get("signing_algorithm") or "RS256",
+        )
     if scenario.startswith("auth/client-credentials"):
         return OAuth(
             grant="client_credentials",

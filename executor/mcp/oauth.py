@@ -8,8 +8,11 @@ pre-registered ``client_id``), and gets a token, with scopes from
 ``insufficient_scope``, refresh before expiry and the resource check the SDK
 does (a resource-metadata mismatch is refused). Two grants:
 
-- ``client_credentials`` (``client_secret_basic`` or ``client_secret_post``): no
-  person involved, what a headless fleet uses.
+- ``client_credentials``: no person involved, what a headless fleet uses. The
+  client authenticates with a secret (``client_secret_basic`` or
+  ``client_secret_post``) or with a JWT it signs with its private key
+  (``private_key_jwt``, RFC 7523: ``private_key`` in PEM, ``signing_algorithm``),
+  which keeps a shared secret off the wire and out of the authorization server.
 - ``authorization_code`` with PKCE: someone must sign in. ``authorize`` is the
   user-agent step: given the authorization URL, it returns the redirect's
   code. A worker has no browser, so without ``authorize`` the flow stops with
@@ -23,13 +26,18 @@ process). Tokens are never logged (``OAuth``'s secret is kept out of its repr).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 import httpx2
 from mcp.client.auth import OAuthClientProvider
-from mcp.client.auth.extensions.client_credentials import ClientCredentialsOAuthProvider
+from mcp.client.auth.extensions.client_credentials import (
+    ClientCredentialsOAuthProvider,
+    PrivateKeyJWTOAuthProvider,
+    SignedJWTParameters,
+)
 from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
@@ -56,9 +64,16 @@ class OAuth:
     grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
     client_id: str | None = None
     client_secret: str | None = field(default=None, repr=False)
-    token_endpoint_auth_method: Literal["client_secret_basic", "client_secret_post", "none"] = (
-        "client_secret_basic"
-    )
+    token_endpoint_auth_method: Literal[
+        "client_secret_basic", "client_secret_post", "none", "private_key_jwt"
+    ] = "client_secret_basic"
+    #: ``private_key_jwt``: the PEM private key the client signs its assertions with.
+    private_key: str | None = field(default=None, repr=False)
+    #: ``private_key_jwt``: the JWS algorithm of the key (RS256, ES256, ...).
+    signing_algorithm: str = "RS256"
+    #: The authorization server's issuer the client is registered with; when given, a
+    #: token is asked only of that one (a server pointing elsewhere is refused).
+    issuer: str | None = None
     scope: str | None = None
     redirect_uri: str = "http://127.0.0.1:33418/callback"
     client_name: str = "toolexec"
@@ -66,8 +81,18 @@ class OAuth:
     authorize: Authorize | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.grant == "client_credentials" and not (self.client_id and self.client_secret):
-            raise ConfigurationError("OAuth client_credentials needs client_id and client_secret")
+        jwt = self.token_endpoint_auth_method == "private_key_jwt"
+        if jwt and (self.grant != "client_credentials" or not self.private_key):
+            raise ConfigurationError(
+                "OAuth private_key_jwt is for the client_credentials grant and needs private_key "
+                "(PEM) and client_id"
+            )
+        credential = self.private_key if jwt else self.client_secret
+        if self.grant == "client_credentials" and not (self.client_id and credential):
+            raise ConfigurationError(
+                "OAuth client_credentials needs client_id and client_secret (or private_key "
+                "with token_endpoint_auth_method='private_key_jwt')"
+            )
 
 
 class MemoryTokens:
@@ -119,7 +144,35 @@ def auth_for(url: str, oauth: OAuth, store: FleetTokens | None = None) -> httpx2
     return FleetAuth(provider, store) if store is not None else provider
 
 
+def _jwt_provider(
+    url: str, oauth: OAuth, storage: MemoryTokens | FleetTokens
+) -> OAuthClientProvider:
+    """Client credentials, the client authenticated by a JWT it signs (RFC 7523 2.2):
+    issued by and about the client, for the authorization server, short-lived."""
+    client_id = oauth.client_id or ""
+    signed = SignedJWTParameters(
+        issuer=client_id,
+        subject=client_id,
+        signing_key=oauth.private_key or "",
+        signing_algorithm=oauth.signing_algorithm,
+    )
+    with warnings.catch_warnings():
+        # without issuer= the SDK warns that it will be required; whichever server
+        # discovery finds is used until then, as for a client secret
+        warnings.simplefilter("ignore")
+        return PrivateKeyJWTOAuthProvider(
+            url,
+            storage,
+            client_id=client_id,
+            assertion_provider=signed.create_assertion_provider(),
+            scope=oauth.scope,
+            issuer=oauth.issuer,
+        )
+
+
 def _provider(url: str, oauth: OAuth, storage: MemoryTokens | FleetTokens) -> OAuthClientProvider:
+    if oauth.token_endpoint_auth_method == "private_key_jwt":
+        return _jwt_provider(url, oauth, storage)
     if oauth.grant == "client_credentials":
         method = oauth.token_endpoint_auth_method
         return ClientCredentialsOAuthProvider(
@@ -131,6 +184,7 @@ def _provider(url: str, oauth: OAuth, storage: MemoryTokens | FleetTokens) -> OA
             if method == "client_secret_post"
             else "client_secret_basic",
             scope=oauth.scope,
+            issuer=oauth.issuer,
         )
     redirect = AnyUrl(oauth.redirect_uri)
     metadata = OAuthClientMetadata(

@@ -1,0 +1,55 @@
+"""Client credentials with ``private_key_jwt``: configuration, and the key kept out of sight."""
+
+from __future__ import annotations
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from mcp.client.auth.extensions.client_credentials import PrivateKeyJWTOAuthProvider
+
+from toolexec.errors import ConfigurationError
+from toolexec.mcp.oauth import OAuth, auth_for
+
+PEM = (
+    ec.generate_private_key(ec.SECP256R1())
+    .private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    .decode()
+)
+
+
+def test_a_jwt_client_gets_the_sdks_private_key_jwt_provider_and_hides_its_key() -> None:
+    oauth = OAuth(
+        grant="client_credentials",
+        client_id="fleet",
+        token_endpoint_auth_method="private_key_jwt",
+        private_key=PEM,
+        signing_algorithm="ES256",
+    )
+    assert isinstance(auth_for("http://127.0.0.1:1/mcp", oauth), PrivateKeyJWTOAuthProvider)
+    assert "PRIVATE KEY" not in repr(oauth)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {
+            "grant": "client_credentials",
+            "client_id": "fleet",
+            "token_endpoint_auth_method": "private_key_jwt",
+        },
+        {"client_id": "fleet", "token_endpoint_auth_method": "private_key_jwt", "private_key": PEM},
+        {
+            "grant": "client_credentials",
+            "token_endpoint_auth_method": "private_key_jwt",
+            "private_key": PEM,
+        },
+        {"grant": "client_credentials", "client_id": "fleet"},
+    ],
+)
+def test_an_incomplete_client_is_refused_at_declaration(options: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError):
+        OAuth(**options)  # type: ignore[arg-type]
