@@ -124,7 +124,7 @@ class FleetTokens:
     def _seal(self, value: dict[str, Any]) -> bytes:
         return self.cipher.encrypt(json.dumps(value).encode())
 
-    def _open(self, raw: bytes | None) -> dict[str, Any] | None:
+    def _open(self, raw: bytes | str | None) -> dict[str, Any] | None:
         if raw is None:
             return None
         try:
