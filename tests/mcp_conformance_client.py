@@ -24,7 +24,7 @@ import httpx2
 from mcp.shared.auth import AuthorizationCodeResult
 
 from toolexec.caller import Answer
-from toolexec.mcp.oauth import OAuth
+from toolexec.mcp.oauth import OAuth, token_exchange
 from toolexec.mcp.servers import RemoteServer
 from toolexec.mcp.sessions import Hub
 
@@ -51,7 +51,31 @@ def accept_defaults(message: str, schema: Mapping[str, Any]) -> Answer:
     return Answer(action="accept", content=content)
 
 
-def oauth_for(scenario: str, context: dict[str, str]) -> OAuth:
+def issuer_of(url: str) -> str:
+    """The authorization server the MCP server names (its protected-resource metadata).
+
+    A deployment configures the issuer of a cross-app-access client; the suite makes
+    a new one per run, so the script looks it up.
+    """
+    parts = urlsplit(url)
+    metadata = f"{parts.scheme}://{parts.netloc}/.well-known/oauth-protected-resource{parts.path}"
+    found = httpx2.get(metadata, timeout=10).json()
+    return str(found["authorization_servers"][0])
+
+
+def oauth_for(scenario: str, context: dict[str, str], url: str) -> OAuth:
+    if scenario == "auth/cross-app-access-complete-flow":
+        return OAuth(
+            grant="identity_assertion",
+            client_id=context.get("client_id"),
+            client_secret=context.get("client_secret"),
+            issuer=issuer_of(url),
+            identity_assertion=token_exchange(
+                context["idp_token_endpoint"],
+                context["idp_id_token"],
+                client_id=context.get("idp_client_id"),
+            ),
+        )
     if scenario == "auth/client-credentials-jwt":
         return OAuth(
             grant="client_credentials",
@@ -80,7 +104,7 @@ def oauth_for(scenario: str, context: dict[str, str]) -> OAuth:
 def main(url: str) -> int:
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
-    oauth = oauth_for(scenario, context) if scenario.startswith("auth/") else None
+    oauth = oauth_for(scenario, context, url) if scenario.startswith("auth/") else None
     server = RemoteServer(name="conformance", url=url, timeout=20.0, oauth=oauth)
     hub = Hub.get()
     tools = hub.run(hub.session(server).list_tools(), 30.0)

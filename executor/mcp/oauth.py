@@ -38,6 +38,7 @@ from mcp.client.auth.extensions.client_credentials import (
     PrivateKeyJWTOAuthProvider,
     SignedJWTParameters,
 )
+from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
 from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
@@ -52,16 +53,30 @@ from toolexec.keys import Keys
 from toolexec.mcp.tokens import FleetAuth, FleetTokens, cipher_from, store_ident
 from toolexec.settings import Settings
 
-__all__ = ["MemoryTokens", "OAuth", "auth_for", "fleet_store"]
+__all__ = [
+    "IdentityAssertion",
+    "MemoryTokens",
+    "OAuth",
+    "auth_for",
+    "fleet_store",
+    "token_exchange",
+]
 
 Authorize = Callable[[str], Awaitable[AuthorizationCodeResult]]
+
+#: (the authorization server's issuer, the MCP server's resource) -> an ID-JAG for them.
+IdentityAssertion = Callable[[str, str], Awaitable[str]]
+
+_TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
 
 
 @dataclass(frozen=True)
 class OAuth:
     """How a worker authenticates to one remote MCP server."""
 
-    grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    grant: Literal["authorization_code", "client_credentials", "identity_assertion"] = (
+        "authorization_code"
+    )
     client_id: str | None = None
     client_secret: str | None = field(default=None, repr=False)
     token_endpoint_auth_method: Literal[
@@ -74,6 +89,9 @@ class OAuth:
     #: The authorization server's issuer the client is registered with; when given, a
     #: token is asked only of that one (a server pointing elsewhere is refused).
     issuer: str | None = None
+    #: ``identity_assertion``: given the authorization server's issuer and the MCP server's
+    #: resource, returns an ID-JAG for them (e.g. :func:`token_exchange`).
+    identity_assertion: IdentityAssertion | None = field(default=None, repr=False, compare=False)
     scope: str | None = None
     redirect_uri: str = "http://127.0.0.1:33418/callback"
     client_name: str = "toolexec"
@@ -81,6 +99,16 @@ class OAuth:
     authorize: Authorize | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.grant == "identity_assertion":
+            if not (self.client_id and self.client_secret and self.issuer):
+                raise ConfigurationError(
+                    "OAuth identity_assertion needs client_id, client_secret and issuer (the "
+                    "MCP authorization server's issuer: configuration, never discovery)"
+                )
+            if self.identity_assertion is None:
+                raise ConfigurationError(
+                    "OAuth identity_assertion needs identity_assertion=, e.g. token_exchange(...)"
+                )
         jwt = self.token_endpoint_auth_method == "private_key_jwt"
         if jwt and (self.grant != "client_credentials" or not self.private_key):
             raise ConfigurationError(
@@ -141,7 +169,9 @@ def auth_for(url: str, oauth: OAuth, store: FleetTokens | None = None) -> httpx2
     """The httpx auth of a session to ``url``: the SDK's provider for the chosen grant,
     with its tokens in the fleet's ``store`` when there is one."""
     provider = _provider(url, oauth, store or MemoryTokens())
-    return FleetAuth(provider, store) if store is not None else provider
+    if store is None or not isinstance(provider, OAuthClientProvider):
+        return provider  # identity assertion: its own flow, the store as plain storage
+    return FleetAuth(provider, store)
 
 
 def _jwt_provider(
@@ -170,7 +200,22 @@ def _jwt_provider(
         )
 
 
-def _provider(url: str, oauth: OAuth, storage: MemoryTokens | FleetTokens) -> OAuthClientProvider:
+def _provider(
+    url: str, oauth: OAuth, storage: MemoryTokens | FleetTokens
+) -> OAuthClientProvider | IdentityAssertionOAuthProvider:
+    if oauth.grant == "identity_assertion":
+        return IdentityAssertionOAuthProvider(
+            url,
+            storage,
+            client_id=oauth.client_id or "",
+            client_secret=oauth.client_secret or "",
+            issuer=oauth.issuer or "",
+            assertion_provider=oauth.identity_assertion,  # type: ignore[arg-type]
+            scope=oauth.scope,
+            token_endpoint_auth_method="client_secret_post"
+            if oauth.token_endpoint_auth_method == "client_secret_post"
+            else "client_secret_basic",
+        )
     if oauth.token_endpoint_auth_method == "private_key_jwt":
         return _jwt_provider(url, oauth, storage)
     if oauth.grant == "client_credentials":
@@ -218,3 +263,46 @@ def _provider(url: str, oauth: OAuth, storage: MemoryTokens | FleetTokens) -> OA
         return await oauth.authorize(pending.pop())
 
     return OAuthClientProvider(url, metadata, storage, redirect_to, come_back)
+
+
+def token_exchange(
+    idp_token_endpoint: str,
+    id_token: str | Callable[[], Awaitable[str]],
+    client_id: str | None = None,
+    client_secret: str | None = None,
+) -> IdentityAssertion:
+    """Leg one of cross-app access (SEP-990): the user's ID token from the enterprise
+    identity provider, exchanged there for an ID-JAG for one authorization server and
+    resource (RFC 8693 token exchange).
+
+    ``id_token`` is the token, or a coroutine that returns a current one (signing in
+    to the IdP is the deployment's business). The IdP decides who may reach which
+    MCP server; the authorization server then trades the ID-JAG for an access token.
+    """
+
+    async def assertion(audience: str, resource: str) -> str:
+        subject = id_token if isinstance(id_token, str) else await id_token()
+        form = {
+            "grant_type": _TOKEN_EXCHANGE,
+            "subject_token": subject,
+            "subject_token_type": "urn:ietf:params:oauth:token-type:id_token",
+            "requested_token_type": "urn:ietf:params:oauth:token-type:id-jag",
+            "audience": audience,
+            "resource": resource,
+        }
+        auth = httpx2.BasicAuth(client_id, client_secret) if client_id and client_secret else None
+        if client_id and not client_secret:
+            form["client_id"] = client_id
+        async with httpx2.AsyncClient(timeout=30.0) as http:
+            answer = await http.post(idp_token_endpoint, data=form, auth=auth)
+        if answer.status_code != 200:
+            raise ConfigurationError(
+                f"the identity provider refused the token exchange (HTTP {answer.status_code}); "
+                "check the ID token and that this client may reach the MCP server"
+            )
+        issued = answer.json().get("access_token")
+        if not isinstance(issued, str):
+            raise ConfigurationError("the identity provider's token exchange answered no ID-JAG")
+        return issued
+
+    return assertion

@@ -170,11 +170,10 @@ CLIENT_SCENARIOS = [
 ]
 
 
-#: Client scenarios toolexec passes as the client of a remote server: 24 of 26 (measured
-#: 2026-12-02). The two that fail, with why, are in docs/guides/mcp.md.
+#: Client scenarios toolexec passes as the client of a remote server: 25 of 26 (measured
+#: 2026-12-02). The one that fails, with why, is in docs/guides/mcp.md.
 KNOWN_CLIENT_FAILURES = {
     "auth/2025-03-26-oauth-metadata-backcompat",
-    "auth/cross-app-access-complete-flow",
 }
 EXPECTED_CLIENT_PASS = set(CLIENT_SCENARIOS) - KNOWN_CLIENT_FAILURES
 

@@ -1,4 +1,4 @@
-"""Client credentials with ``private_key_jwt``: configuration, and the key kept out of sight."""
+"""OAuth grants for a fleet: private_key_jwt and cross-app access, and their secrets hidden."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from mcp.client.auth.extensions.client_credentials import PrivateKeyJWTOAuthProvider
+from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
 
 from toolexec.errors import ConfigurationError
 from toolexec.mcp.oauth import OAuth, auth_for
@@ -51,5 +52,34 @@ def test_a_jwt_client_gets_the_sdks_private_key_jwt_provider_and_hides_its_key()
     ],
 )
 def test_an_incomplete_client_is_refused_at_declaration(options: dict[str, str]) -> None:
+    with pytest.raises(ConfigurationError):
+        OAuth(**options)  # type: ignore[arg-type]
+
+
+async def _id_jag(audience: str, resource: str) -> str:
+    return f"jag-for-{audience}-{resource}"
+
+
+def test_cross_app_access_gets_the_sdks_identity_assertion_provider() -> None:
+    oauth = OAuth(
+        grant="identity_assertion",
+        client_id="fleet",
+        client_secret="s",
+        issuer="http://127.0.0.1:2",
+        identity_assertion=_id_jag,
+    )
+    assert isinstance(auth_for("http://127.0.0.1:1/mcp", oauth), IdentityAssertionOAuthProvider)
+
+
+@pytest.mark.parametrize("missing", ["client_secret", "issuer", "identity_assertion"])
+def test_cross_app_access_without_its_configuration_is_refused(missing: str) -> None:
+    options = {
+        "grant": "identity_assertion",
+        "client_id": "fleet",
+        "client_secret": "s",
+        "issuer": "http://127.0.0.1:2",
+        "identity_assertion": _id_jag,
+    }
+    del options[missing]
     with pytest.raises(ConfigurationError):
         OAuth(**options)  # type: ignore[arg-type]
