@@ -171,7 +171,8 @@ CLIENT_SCENARIOS = [
 
 
 #: Client scenarios toolexec passes as the client of a remote server: 25 of 26 (measured
-#: 2026-12-02). The one that fails, with why, is in docs/guides/mcp.md.
+#: 2026-12-02). The one that fails serves metadata whose issuer differs from where it was
+#: fetched, which the SDK refuses (RFC 8414, section 3.3): docs/guides/mcp.md.
 KNOWN_CLIENT_FAILURES = {
     "auth/2025-03-26-oauth-metadata-backcompat",
 }
