@@ -16,7 +16,8 @@ does (a resource-metadata mismatch is refused). Two grants:
 - ``authorization_code`` with PKCE: someone must sign in. ``authorize`` is the
   user-agent step: given the authorization URL, it returns the redirect's
   code. A worker has no browser, so without ``authorize`` the flow stops with
-  an error saying so; a ``toolexec mcp login`` command is not written yet.
+  an error saying so; ``toolexec mcp login NAME`` (``toolexec.mcp.login``) lets an
+  operator sign in once for the fleet.
 
 With ``TOOLEXEC_MCP_TOKEN_KEY`` (a Fernet key) the tokens are the fleet's,
 sealed in Redis and refreshed by one process at a time (``toolexec.mcp.tokens``);

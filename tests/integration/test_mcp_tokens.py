@@ -9,20 +9,25 @@ authorization server and a resource server played by an in-process transport
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 import pytest
 import redis
 from cryptography.fernet import Fernet
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
-from pydantic import AnyUrl
+from pydantic import AnyUrl, SecretStr
 
 from toolexec.connection import async_redis_client
 from toolexec.errors import ConfigurationError
 from toolexec.keys import Keys
+from toolexec.mcp.login import login, redirect_result
 from toolexec.mcp.oauth import OAuth, auth_for
+from toolexec.mcp.servers import RemoteServer
 from toolexec.mcp.tokens import FleetTokens, cipher_from, store_ident
 from toolexec.settings import Settings
 
@@ -33,7 +38,7 @@ URL = "http://mcp.test/mcp"
 
 
 @pytest.fixture
-def ident(settings: Settings) -> AsyncIterator[str]:
+def ident(settings: Settings) -> Iterator[str]:
     name = store_ident(f"t-{uuid.uuid4().hex[:8]}", URL, "fleet")
     yield name
     keys = Keys(prefix=settings.key_prefix)
@@ -129,3 +134,113 @@ def test_a_token_due_for_refresh_is_refreshed_once_by_the_fleet(
     assert refreshes == ["RT-1"]  # one refresh for five workers
     assert statuses == [200] * 5
     assert seen == ["Bearer AT-2"] * 5  # the others waited and reused what it stored
+
+
+BASE = "http://mcp.test"
+
+
+def _mcp(request: httpx2.Request) -> httpx2.Response:
+    """The MCP endpoint: 401 with where its metadata is, until the signed-in token comes."""
+    if request.headers.get("authorization") != "Bearer AT-login":
+        challenge = f'Bearer resource_metadata="{BASE}/.well-known/oauth-protected-resource/mcp"'
+        return httpx2.Response(401, headers={"www-authenticate": challenge})
+    if request.method != "POST":
+        return httpx2.Response(405 if request.method == "GET" else 200)
+    message = json.loads(request.content)
+    if "id" not in message:
+        return httpx2.Response(202)
+    result: dict[str, Any] = {"tools": []}
+    if message["method"] == "initialize":
+        result = {
+            "protocolVersion": message["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "signed", "version": "1"},
+        }
+    body = {"jsonrpc": "2.0", "id": message["id"], "result": result}
+    return httpx2.Response(200, json=body, headers={"mcp-session-id": "s1"})
+
+
+def _register(request: httpx2.Request) -> httpx2.Response:
+    asked = json.loads(request.content)
+    return httpx2.Response(201, json={**asked, "client_id": "dyn-1", "client_secret": "CS-1"})
+
+
+def _signing_in_server(issued: list[str]) -> httpx2.MockTransport:
+    """An MCP server behind OAuth and its authorization server, in process (no network)."""
+    metadata = {
+        "issuer": BASE,
+        "authorization_endpoint": f"{BASE}/authorize",
+        "token_endpoint": f"{BASE}/token",
+        "registration_endpoint": f"{BASE}/register",
+        "response_types_supported": ["code"],
+        "code_challenge_methods_supported": ["S256"],
+    }
+
+    def token(request: httpx2.Request) -> httpx2.Response:
+        form = parse_qs(request.content.decode())
+        assert form["grant_type"] == ["authorization_code"] and form["code"] == ["C-1"]
+        issued.append("AT-login")
+        answer = {"access_token": "AT-login", "token_type": "Bearer", "expires_in": 3600}
+        return httpx2.Response(200, json={**answer, "refresh_token": "RT-login"})
+
+    routes = {
+        "/mcp": _mcp,
+        "/.well-known/oauth-protected-resource/mcp": lambda r: httpx2.Response(
+            200, json={"resource": URL, "authorization_servers": [BASE]}
+        ),
+        "/.well-known/oauth-authorization-server": lambda r: httpx2.Response(200, json=metadata),
+        "/register": _register,
+        "/token": token,
+    }
+    return httpx2.MockTransport(lambda r: routes.get(r.url.path, lambda _: httpx2.Response(404))(r))
+
+
+def test_one_sign_in_by_an_operator_serves_the_fleet(settings: Settings, ident: str) -> None:
+    """``toolexec mcp login``: the operator pastes the redirect back; the tokens (and the
+    client registered for them) land sealed in the fleet's store, where a worker finds them."""
+    shown: list[str] = []
+    issued: list[str] = []
+
+    def operator(authorization_url: str) -> str:
+        shown.append(authorization_url)
+        state = parse_qs(urlsplit(authorization_url).query)["state"][0]
+        return f"http://127.0.0.1:33418/callback?code=C-1&state={state}"
+
+    name = ident.split(":")[0]
+    server = RemoteServer(name=name, url=URL, oauth=OAuth(), timeout=10.0)
+    fleet = settings.model_copy(update={"mcp_token_key": SecretStr(KEY)})
+    http = httpx2.AsyncClient(transport=_signing_in_server(issued))
+
+    async def main() -> tuple[OAuthToken | None, str]:
+        await login(server, operator, fleet, http)
+        worker = _store(settings, store_ident(name, URL, None))
+        raw = str(await worker.client.get(worker.keys.oauth_tokens(worker.ident)))
+        raw += str(await worker.client.get(worker.keys.oauth_client(worker.ident)))
+        return await worker.get_tokens(), raw
+
+    try:
+        token, raw = asyncio.run(main())
+    finally:
+        keys = Keys(prefix=settings.key_prefix)
+        sync = redis.Redis.from_url(settings.redis_url or "")
+        other = store_ident(name, URL, None)
+        sync.delete(keys.oauth_tokens(other), keys.oauth_client(other))
+        sync.close()
+    assert shown and shown[0].startswith("http://mcp.test/authorize?")
+    assert issued == ["AT-login"]
+    assert token is not None and token.access_token == "AT-login"
+    assert "AT-login" not in raw and "RT-login" not in raw and "CS-1" not in raw
+
+
+def test_login_refuses_without_a_fleet_store_and_for_grants_without_sign_in(
+    settings: Settings,
+) -> None:
+    plain = settings.model_copy(update={"mcp_token_key": None})
+    server = RemoteServer(name="crm", url=URL, oauth=OAuth(), timeout=10.0)
+    with pytest.raises(ConfigurationError, match="TOOLEXEC_MCP_TOKEN_KEY"):
+        asyncio.run(login(server, lambda url: "", plain))
+    machine = OAuth(grant="client_credentials", client_id="c", client_secret="s")
+    with pytest.raises(ConfigurationError, match="needs no sign-in"):
+        asyncio.run(login(RemoteServer(name="m", url=URL, oauth=machine), lambda url: "", plain))
+    with pytest.raises(ConfigurationError, match="refused the sign-in: nope"):
+        redirect_result("http://127.0.0.1/cb?error=access_denied&error_description=nope")

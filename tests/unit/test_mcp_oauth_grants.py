@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -83,3 +85,26 @@ def test_cross_app_access_without_its_configuration_is_refused(missing: str) -> 
     del options[missing]
     with pytest.raises(ConfigurationError):
         OAuth(**options)  # type: ignore[arg-type]
+
+
+def test_mcp_login_names_what_it_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``toolexec mcp login``: an unknown server, and no fleet store, are said in words."""
+    from click.testing import CliRunner
+
+    from toolexec.mcp import servers
+    from toolexec.ops.cli import cli
+
+    module = tmp_path / "login_tools.py"
+    module.write_text(
+        "from toolexec.mcp import mcp_server\n"
+        "from toolexec.mcp.oauth import OAuth\n"
+        "mcp_server('crm', 'http://127.0.0.1:9/mcp', oauth=OAuth())\n"
+    )
+    monkeypatch.delenv("TOOLEXEC_MCP_TOKEN_KEY", raising=False)
+    monkeypatch.setattr(servers, "_declared", [])  # the module's server stays in this test
+    runner = CliRunner()
+    unknown = runner.invoke(cli, ["mcp", "login", "nope", "--tools", str(module)])
+    assert unknown.exit_code != 0 and "no MCP server 'nope' is declared" in unknown.output
+    assert "crm" in unknown.output
+    no_key = runner.invoke(cli, ["mcp", "login", "crm", "--tools", str(module)])
+    assert no_key.exit_code != 0 and "TOOLEXEC_MCP_TOKEN_KEY" in no_key.output
