@@ -6,7 +6,7 @@ authorization-server metadata, registers (dynamically, or with a
 pre-registered ``client_id``), and gets a token, with scopes from
 ``WWW-Authenticate`` or ``scopes_supported``, step-up on 403
 ``insufficient_scope``, refresh before expiry and the resource check the SDK
-does (a resource-metadata mismatch is refused). Two grants:
+does (a resource-metadata mismatch is refused). Three grants:
 
 - ``client_credentials``: no person involved, what a headless fleet uses. The
   client authenticates with a secret (``client_secret_basic`` or
@@ -18,6 +18,9 @@ does (a resource-metadata mismatch is refused). Two grants:
   code. A worker has no browser, so without ``authorize`` the flow stops with
   an error saying so; ``toolexec mcp login NAME`` (``toolexec.mcp.login``) lets an
   operator sign in once for the fleet.
+- ``identity_assertion`` (cross-app access, SEP-990): the company's identity
+  provider vouches for the user with an ID-JAG (:func:`token_exchange`), which the
+  authorization server, named by ``issuer`` and never discovered, trades for a token.
 
 With ``TOOLEXEC_MCP_TOKEN_KEY`` (a Fernet key) the tokens are the fleet's,
 sealed in Redis and refreshed by one process at a time (``toolexec.mcp.tokens``);
