@@ -294,11 +294,11 @@ def token_exchange(
             "audience": audience,
             "resource": resource,
         }
-        auth = httpx2.BasicAuth(client_id, client_secret) if client_id and client_secret else None
         if client_id and not client_secret:
             form["client_id"] = client_id
-        async with httpx2.AsyncClient(timeout=30.0) as http:
-            answer = await http.post(idp_token_endpoint, data=form, auth=auth)
+        auth = httpx2.BasicAuth(client_id, client_secret) if client_id and client_secret else None
+        async with httpx2.AsyncClient(timeout=30.0, auth=auth) as http:
+            answer = await http.post(idp_token_endpoint, data=form)
         if answer.status_code != 200:
             raise ConfigurationError(
                 f"the identity provider refused the token exchange (HTTP {answer.status_code}); "
