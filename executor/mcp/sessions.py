@@ -94,6 +94,15 @@ class _Session:
         self._stop: anyio.Event | None = None
         self._lock: asyncio.Lock | None = None
         self._askers: dict[int, Asker | None] = {}
+        self._auth: httpx2.Auth | None = None
+
+    def _auth_once(self) -> httpx2.Auth | None:
+        """The server's OAuth, made once: a session opened again after a failure keeps its
+        tokens and discovered metadata (and the fleet store's Redis client) instead of
+        signing in anew."""
+        if self._auth is None:
+            self._auth = _auth(self.server)
+        return self._auth
 
     @contextlib.contextmanager
     def asking(self, ask: Asker | None) -> Iterator[None]:
@@ -174,7 +183,7 @@ class _Session:
                 headers=dict(self.server.headers),
                 timeout=httpx2.Timeout(30.0, read=300.0),
                 event_hooks={"response": [_note_status]},
-                auth=_auth(self.server),
+                auth=self._auth_once(),
             )
             if self.server.url is not None
             else None
