@@ -76,13 +76,15 @@ def test_two_workers_share_a_token_that_redis_holds_sealed(settings: Settings, i
 
 
 def test_another_key_cannot_open_the_record_and_no_key_stores_nothing(
-    settings: Settings, ident: str
+    settings: Settings, ident: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def main() -> OAuthToken | None:
         await _store(settings, ident).set_tokens(OAuthToken(access_token="AT-x", expires_in=60))
         return await _store(settings, ident, Fernet.generate_key().decode()).get_tokens()
 
-    assert asyncio.run(main()) is None
+    with caplog.at_level("DEBUG", logger="toolexec"):
+        assert asyncio.run(main()) is None
+    assert "cannot be opened" in caplog.text and "AT-x" not in caplog.text
     with pytest.raises(ConfigurationError, match="unencrypted"):
         FleetTokens(async_redis_client(settings.redis_url or ""), Keys(), ident, None)
     with pytest.raises(ConfigurationError, match="Fernet key"):

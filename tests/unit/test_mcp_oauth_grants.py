@@ -108,3 +108,12 @@ def test_mcp_login_names_what_it_needs(tmp_path: Path, monkeypatch: pytest.Monke
     assert "crm" in unknown.output
     no_key = runner.invoke(cli, ["mcp", "login", "crm", "--tools", str(module)])
     assert no_key.exit_code != 0 and "TOOLEXEC_MCP_TOKEN_KEY" in no_key.output
+
+
+def test_a_token_is_due_a_margin_before_it_expires_and_never_without_an_expiry() -> None:
+    from toolexec.mcp.tokens import refresh_due
+
+    assert not refresh_due(1000.0, 939.0, 60.0)
+    assert refresh_due(1000.0, 940.0, 60.0)
+    assert refresh_due(1000.0, 2000.0, 60.0)
+    assert not refresh_due(None, 2000.0, 60.0)
