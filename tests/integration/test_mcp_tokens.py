@@ -26,9 +26,9 @@ from toolexec.connection import async_redis_client
 from toolexec.errors import ConfigurationError
 from toolexec.keys import Keys
 from toolexec.mcp.login import login, redirect_result
-from toolexec.mcp.oauth import OAuth, auth_for
+from toolexec.mcp.oauth import OAuth, auth_for, fleet_store
 from toolexec.mcp.servers import RemoteServer
-from toolexec.mcp.tokens import FleetTokens, cipher_from, store_ident
+from toolexec.mcp.tokens import FleetAuth, FleetTokens, cipher_from, store_ident
 from toolexec.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -246,3 +246,17 @@ def test_login_refuses_without_a_fleet_store_and_for_grants_without_sign_in(
         asyncio.run(login(RemoteServer(name="m", url=URL, oauth=machine), lambda url: "", plain))
     with pytest.raises(ConfigurationError, match="refused the sign-in: nope"):
         redirect_result("http://127.0.0.1/cb?error=access_denied&error_description=nope")
+
+
+def test_a_worker_uses_the_fleet_store_only_with_a_key(settings: Settings) -> None:
+    """What a worker's session gets (``toolexec.mcp.sessions._auth``): the fleet's sealed
+    store with ``TOOLEXEC_MCP_TOKEN_KEY``, its own memory without."""
+    oauth = OAuth(
+        grant="client_credentials", client_id="fleet", client_secret="s", issuer="http://mcp.test"
+    )
+    keyed = settings.model_copy(update={"mcp_token_key": SecretStr(KEY)})
+    store = fleet_store("crm", URL, oauth, keyed)
+    assert isinstance(store, FleetTokens)
+    assert isinstance(auth_for(URL, oauth, store), FleetAuth)
+    plain = settings.model_copy(update={"mcp_token_key": None})
+    assert fleet_store("crm", URL, oauth, plain) is None
