@@ -37,7 +37,9 @@ from toolexec.layers import Attempt, Layer, Outcome
 __all__ = [
     "LOG_LEVELS",
     "Answer",
+    "Asker",
     "CallerLayer",
+    "asker",
     "current_line",
     "elicit",
     "log",
@@ -238,3 +240,27 @@ def sample(
     )
     params = {"messages": messages, "maxTokens": max_tokens, "systemPrompt": system_prompt}
     return line.ask("sample", params)
+
+
+#: A way to put a question (a message, a requested schema) to a call's caller.
+Asker = Callable[[str, Mapping[str, Any]], Answer]
+
+
+def asker() -> Asker:
+    """The running call's way to ask its caller, usable from another thread.
+
+    A remote MCP server's question arrives on the worker's session loop
+    (``toolexec.mcp.sessions``), away from the tool body and its line; the body
+    hands this over so the question goes to the same caller, within the same
+    deadline, and is refused the same way when the caller cannot answer.
+    Blocking: call it off an event loop.
+    """
+    line = _LINE.get()
+
+    def ask(message: str, schema: Mapping[str, Any]) -> Answer:
+        if line is None:
+            return _refused("questions")
+        with _on_line(line):
+            return elicit(message, schema)
+
+    return ask

@@ -390,6 +390,31 @@ class Keys:
         """
         return f"{self.prefix}:faults:{{{tool}}}:n"
 
+    def oauth_tokens(self, ident: str) -> str:
+        """String: one remote MCP server's OAuth tokens, Fernet-sealed (``toolexec.mcp.tokens``).
+
+        ``ident`` is the server's name and a digest of its URL and client id.
+        TTL: :data:`OAUTH_REFRESH_TTL_S` while it holds a refresh token, else its
+        access token's lifetime and a minute: past that it can only be thrown away.
+        """
+        return f"{self.prefix}:mcp:oauth:{{{ident}}}:tokens"
+
+    def oauth_client(self, ident: str) -> str:
+        """String: the client a remote MCP server registered for the fleet, Fernet-sealed.
+
+        TTL: :data:`OAUTH_CLIENT_TTL_S`, rewritten by every registration; a client
+        forgotten is registered again at the next sign-in.
+        """
+        return f"{self.prefix}:mcp:oauth:{{{ident}}}:client"
+
+    def oauth_refresh_lock(self, ident: str) -> str:
+        """String: which process refreshes the tokens of :meth:`oauth_tokens` now.
+
+        TTL: :data:`OAUTH_LOCK_TTL_S`, so a holder that died lets go; deleted
+        by its holder once the new tokens are stored.
+        """
+        return f"{self.prefix}:mcp:oauth:{{{ident}}}:refreshing"
+
 
 @dataclass(frozen=True)
 class BrokerKeys:
@@ -573,3 +598,14 @@ WRITE_ID_MARGIN_S = 60
 #: ``toolexec status --minutes`` looks back at most an hour; a minute's counters
 #: live a little longer so that the oldest minute shown is complete.
 STATS_TTL_S = 3_720
+
+#: An OAuth record with a refresh token is kept 30 days from its last write: refresh
+#: tokens commonly last weeks, and a fleet idle for a month signs in again.
+OAUTH_REFRESH_TTL_S = 30 * 86_400
+
+#: A registered OAuth client is kept as long as the tokens it got.
+OAUTH_CLIENT_TTL_S = OAUTH_REFRESH_TTL_S
+
+#: A token refresh is one request to the authorization server, given the SDK's
+#: 30 s: a holder that died lets the others refresh after that.
+OAUTH_LOCK_TTL_S = 30

@@ -262,6 +262,11 @@ class Settings(BaseSettings):
         description="Bearer token `toolexec mcp --http` requires; needed to listen beyond "
         "loopback (never logged).",
     )
+    mcp_token_key: SecretStr | None = Field(
+        default=None,
+        description="Fernet key that seals the OAuth tokens of remote MCP servers in Redis, "
+        "shared by the fleet; unset: each process keeps its own in memory (never logged).",
+    )
     mcp_allowed_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
         description="Origins `toolexec mcp --http` accepts besides loopback ones, comma-separated "
@@ -309,7 +314,14 @@ class Settings(BaseSettings):
         '"headers": {"Authorization": "Bearer ..."}}}.',
     )
 
-    @field_validator("mcp_token", "payload_secret", "flower_user", "flower_password", mode="before")
+    @field_validator(
+        "mcp_token",
+        "mcp_token_key",
+        "payload_secret",
+        "flower_user",
+        "flower_password",
+        mode="before",
+    )
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         """An empty or blank secret is no secret: read as unset, once, for every reader.

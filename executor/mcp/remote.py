@@ -29,6 +29,7 @@ import jsonschema
 import mcp_types as types
 import pydantic
 
+from toolexec.caller import asker
 from toolexec.mcp.classify import remote_side_effects
 from toolexec.mcp.servers import RemoteServer
 from toolexec.mcp.sessions import Hub
@@ -94,8 +95,9 @@ def _body(server: RemoteServer, remote: str, names: Mapping[str, str]) -> Callab
     async def call_remote(**kwargs: Any) -> Any:
         arguments = {names[k]: v for k, v in kwargs.items() if v is not None}
         hub = Hub.get()
+        # the server's questions during the call go to this call's caller
         future = asyncio.run_coroutine_threadsafe(
-            hub.call(server, remote, arguments, server.timeout), hub.loop
+            hub.call(server, remote, arguments, server.timeout, ask=asker()), hub.loop
         )
         return await asyncio.wrap_future(future)
 

@@ -30,6 +30,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolexec.clock import Clock
+from toolexec.mcp.priming import NegotiatedVersion, with_version
 
 __all__ = ["TOO_MANY_SESSIONS", "SessionGate", "SessionTable", "refusal_body"]
 
@@ -49,6 +50,8 @@ _MAX_SWEEP_S = 30.0
 class _Session:
     last_seen: float
     in_flight: int = 0
+    #: the protocol version the session's initialize negotiated, when it was read
+    version: str | None = None
 
 
 class SessionTable:
@@ -74,11 +77,17 @@ class SessionTable:
         """A request that may open a session was let through; it holds a place until it ends."""
         self._opening += 1
 
-    def opened(self, session_id: str | None, now: float) -> None:
-        """That request ended; ``session_id`` is the session it opened, if any."""
+    def opened(self, session_id: str | None, now: float, version: str | None = None) -> None:
+        """That request ended; ``session_id`` is the session it opened (with the protocol
+        version its initialize negotiated), if any."""
         self._opening = max(0, self._opening - 1)
         if session_id is not None:
-            self._open[session_id] = _Session(last_seen=now)
+            self._open[session_id] = _Session(last_seen=now, version=version)
+
+    def version(self, session_id: str) -> str | None:
+        """The protocol version ``session_id`` negotiated, if the table read it."""
+        found = self._open.get(session_id)
+        return found.version if found is not None else None
 
     def began(self, session_id: str) -> bool:
         """A request of a known session started; False for a session not in the table."""
@@ -195,19 +204,22 @@ class SessionGate:
             await self._refuse(send)
             return
         opened: list[str] = []
+        answer = NegotiatedVersion()
 
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] < 400:
                 found = _header({"headers": message.get("headers", ())}, b"mcp-session-id")
                 if found is not None:
                     opened.append(found)
+            elif message["type"] == "http.response.body" and opened:
+                answer.feed(message.get("body", b""))
             await send(message)
 
         self.table.opening()
         try:
             await self.app(scope, receive, watch)
         finally:
-            self.table.opened(opened[0] if opened else None, self.clock.now())
+            self.table.opened(opened[0] if opened else None, self.clock.now(), answer.version)
 
     async def _in_session(
         self, session_id: str, scope: Scope, receive: Receive, send: Send
@@ -219,6 +231,7 @@ class SessionGate:
                 status.append(message["status"])
             await send(message)
 
+        scope = with_version(scope, self.table.version(session_id))
         try:
             await self.app(scope, receive, watch)
         finally:

@@ -17,7 +17,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import anyio
@@ -27,6 +27,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from toolexec.caller import Answer, Asker
 from toolexec.errors import (
     InvalidArgumentsError,
     ToolConnectionError,
@@ -55,9 +56,35 @@ _HTTP_STATUS: contextvars.ContextVar[HttpStatus | None] = contextvars.ContextVar
     "toolexec_mcp_http_status", default=None
 )
 
+#: Who answers the server's questions during the call running in this context.
+_ASKER: contextvars.ContextVar[Asker | None] = contextvars.ContextVar(
+    "toolexec_mcp_asker", default=None
+)
+
+
+def elicit_result(answer: Answer) -> types.ElicitResult:
+    """The remote server's answer from the caller's: toolexec's own outcomes in MCP terms.
+
+    ``refused`` (no caller that can answer: an SDK call, a client without the
+    capability) and ``timeout`` (the call's deadline came) are a cancel, MCP's
+    action for a question dismissed without a choice: the remote tool gets a
+    definite answer at once. An error instead would come back as a failed call,
+    which toolexec would retry, asking again a caller that cannot answer.
+    """
+    if answer.action in ("refused", "timeout", "cancel"):
+        return types.ElicitResult(action="cancel")
+    if answer.action == "accept":
+        return types.ElicitResult(action="accept", content=answer.content or {})
+    return types.ElicitResult(action="decline")
+
 
 class _Session:
-    """One MCP session to one server, held open by a task on the hub's loop."""
+    """One MCP session to one server, held open by a task on the hub's loop.
+
+    It declares elicitation: a question the server asks during a call goes to
+    that call's caller (``toolexec.caller``), through whatever the call's body
+    handed to :meth:`Hub.call`.
+    """
 
     def __init__(self, server: RemoteServer, on_list_changed: Callable[[], None]) -> None:
         self.server = server
@@ -66,6 +93,58 @@ class _Session:
         self._on_list_changed = on_list_changed
         self._stop: anyio.Event | None = None
         self._lock: asyncio.Lock | None = None
+        self._askers: dict[int, Asker | None] = {}
+        self._auth: httpx2.Auth | None = None
+
+    def _auth_once(self) -> httpx2.Auth | None:
+        """The server's OAuth, made once: a session opened again after a failure keeps its
+        tokens and discovered metadata (and the fleet store's Redis client) instead of
+        signing in anew."""
+        if self._auth is None:
+            self._auth = _auth(self.server)
+        return self._auth
+
+    @contextlib.contextmanager
+    def asking(self, ask: Asker | None) -> Iterator[None]:
+        """A call is in flight with ``ask`` for its caller's answers."""
+        token = object()
+        self._askers[id(token)] = ask
+        try:
+            yield
+        finally:
+            self._askers.pop(id(token), None)
+
+    def _asker(self) -> Asker | None:
+        """The asking call's asker: from the context, or the only call in flight.
+
+        The SDK may run a server's request outside the context of the call it
+        belongs to; with one call in flight there is no doubt, with more there is,
+        and the question is refused rather than put to the wrong caller.
+        """
+        found = _ASKER.get()
+        if found is not None:
+            return found
+        in_flight = list(self._askers.values())
+        return in_flight[0] if len(in_flight) == 1 else None
+
+    async def _elicit(
+        self, context: Any, params: types.ElicitRequestParams
+    ) -> types.ElicitResult | types.ErrorData:
+        ask = self._asker()
+        if isinstance(params, types.ElicitRequestURLParams):
+            return types.ErrorData(
+                code=types.INVALID_REQUEST,
+                message="toolexec forwards form questions only, not URL elicitation",
+            )
+        if ask is None:
+            log.info(
+                "MCP server %s asked a question outside a call, or one that could not be "
+                "told whose of several calls in flight: answered cancel",
+                self.server.name,
+            )
+            return types.ElicitResult(action="cancel")
+        answer = await asyncio.to_thread(ask, params.message, params.requested_schema)
+        return elicit_result(answer)
 
     def _target(self, http: httpx2.AsyncClient | None) -> Any:
         if self.server.url is not None:
@@ -104,7 +183,7 @@ class _Session:
                 headers=dict(self.server.headers),
                 timeout=httpx2.Timeout(30.0, read=300.0),
                 event_hooks={"response": [_note_status]},
-                auth=_auth(self.server),
+                auth=self._auth_once(),
             )
             if self.server.url is not None
             else None
@@ -118,6 +197,7 @@ class _Session:
                         self._target(http),
                         read_timeout_seconds=self.server.timeout,
                         message_handler=self._messages,
+                        elicitation_callback=self._elicit,
                         cache=None,
                         mode="legacy",
                     )
@@ -157,9 +237,9 @@ def _auth(server: RemoteServer) -> httpx2.Auth | None:
     """The OAuth flow of a server declared with ``oauth=`` (``toolexec.mcp.oauth``)."""
     if server.oauth is None or server.url is None:
         return None
-    from toolexec.mcp.oauth import auth_for
+    from toolexec.mcp.oauth import auth_for, fleet_store
 
-    return auth_for(server.url, server.oauth)
+    return auth_for(server.url, server.oauth, fleet_store(server.name, server.url, server.oauth))
 
 
 async def _note_status(response: httpx2.Response) -> None:
@@ -216,14 +296,23 @@ class Hub:
         ).start()
 
     async def call(
-        self, server: RemoteServer, tool: str, arguments: dict[str, Any], timeout: float
+        self,
+        server: RemoteServer,
+        tool: str,
+        arguments: dict[str, Any],
+        timeout: float,
+        ask: Asker | None = None,
     ) -> Any:
+        """One call of ``tool``; ``ask`` answers the server's questions during it
+        (``toolexec.caller.asker``; None: they are refused)."""
         session = self.session(server)
         http = HttpStatus()
         _HTTP_STATUS.set(http)
+        _ASKER.set(ask)
         try:
             client = await session.client_now()
-            result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout)
+            with session.asking(ask):
+                result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout)
         except Exception as exc:
             raise await self._classified(session, tool, exc, http) from exc
         if result.is_error:

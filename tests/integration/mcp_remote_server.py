@@ -20,8 +20,9 @@ from collections import Counter, deque
 from typing import Any
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -56,6 +57,20 @@ def refuse(reason: str) -> str:
     """Fails inside the tool: the SDK answers isError."""
     calls["refuse"] += 1
     raise ValueError(f"refused: {reason}")
+
+
+class Name(BaseModel):
+    name: str
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def greet(ctx: Context) -> str:
+    """Asks its client for a name (elicitation) and greets it."""
+    calls["greet"] += 1
+    answer = await ctx.elicit("What is your name?", Name)
+    if answer.action != "accept":
+        return f"no name: {answer.action}"
+    return f"hello {answer.data.name}"
 
 
 class FailOnCommand:

@@ -364,3 +364,37 @@ def test_headers_from_the_settings_reach_the_server_and_a_401_is_not_retried(
     finally:
         good.stop()
     assert "right-token" not in (tmp_path / "mcp_locked.log").read_text()
+
+
+def test_a_remote_servers_question_reaches_toolexecs_own_mcp_client(
+    proxy: ToolClient, proxy_env: dict[str, str], tmp_path: Path
+) -> None:
+    """remote server --elicitation--> worker's session --> Redis --> front --> MCP client,
+    and the client's answer back the same way, within the call's deadline."""
+    asked: list[str] = []
+
+    async def on_elicit(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "ada"})
+
+    async def body(client: Client) -> types.CallToolResult:
+        return await client.call_tool("remote.greet", {})
+
+    with mcp_http_process(proxy_env, tmp_path / "front.log") as url:
+        result = with_client(url, body, elicitation_callback=on_elicit, mode="legacy")
+    assert asked == ["What is your name?"]
+    assert result.structured_content is not None
+    assert result.structured_content["data"] == {"result": "hello ada"}
+
+
+def test_a_remote_servers_question_to_an_sdk_caller_is_refused_in_words(
+    proxy: ToolClient,
+) -> None:
+    """An SDK caller has no one to ask: the remote server hears a cancel at once (no
+    wait, and no failure that toolexec would retry, asking again)."""
+    started = time.monotonic()
+    result = proxy.call("remote.greet", {})
+    assert time.monotonic() - started < 4.0  # the tool's timeout is 5 s: no wait
+    assert result.ok, result
+    assert result.data == {"result": "no name: cancel"}
+    assert result.attempts == 1

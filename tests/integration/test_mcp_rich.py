@@ -244,3 +244,64 @@ def test_sse_streams_carry_ids_retry_and_resume_from_the_last_event(url: str) ->
                         break
     assert answer is not None and "result" in answer
     assert not answer["result"].get("isError")
+
+
+def _events_of(url: str, negotiate: str, declare: str) -> list[dict[str, str]]:
+    """The SSE events (their ``id``, ``retry`` and ``data`` fields) of a call declaring
+    ``declare`` in a session that negotiated ``negotiate``, up to the call's answer."""
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": negotiate,
+    }
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": negotiate,
+            "capabilities": {},
+            "clientInfo": {"name": "priming-test", "version": "1"},
+        },
+    }
+    events: list[dict[str, str]] = []
+    with httpx.Client(timeout=30) as http:
+        opened = http.post(url, json=init, headers=headers)
+        headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+        http.post(
+            url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers
+        )
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "test_simple_text", "arguments": {}},
+        }
+        declared = {**headers, "MCP-Protocol-Version": declare}
+        with http.stream("POST", url, json=call, headers=declared) as stream:
+            event: dict[str, str] = {}
+            for line in stream.iter_lines():
+                if not line:  # the end of one event
+                    events.append(event)
+                    if '"id":1' in event.get("data", "").replace(" ", ""):
+                        break
+                    event = {}
+                    continue
+                field, _, value = line.partition(":")
+                event[field] = event.get(field, "") + value.strip()
+    return events
+
+
+def test_a_2025_11_25_session_is_primed_whatever_a_request_declares(url: str) -> None:
+    """The suite's polling request declares 2025-03-26 in a session that negotiated
+    2025-11-25: its stream still opens with the priming event (toolexec.mcp.priming)."""
+    events = _events_of(url, "2025-11-25", "2025-03-26")
+    assert events[0]["id"] and not events[0]["data"] and int(events[0]["retry"]) > 0
+    assert "result" in json.loads(events[-1]["data"])
+
+
+def test_an_older_session_gets_no_priming_it_could_not_parse(url: str) -> None:
+    events = _events_of(url, "2025-06-18", "2025-06-18")
+    assert all(event.get("data") for event in events)  # no event with empty data
+    assert not any("retry" in event for event in events)
+    assert "result" in json.loads(events[-1]["data"])
