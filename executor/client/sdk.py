@@ -34,7 +34,7 @@ from toolexec.client.waiting import ReplyWaiter
 from toolexec.clock import Clock
 from toolexec.connection import fail_fast_client, fleet_clock, redis_client, redis_url
 from toolexec.errors import InfrastructureError
-from toolexec.fairness import NO_LANE, Lane
+from toolexec.fairness import NO_LANE, Lane, is_amqp
 from toolexec.guard import RunGuard
 from toolexec.keys import Keys
 from toolexec.payloads import PayloadPage
@@ -43,6 +43,7 @@ from toolexec.results import PayloadRef, ToolResult
 from toolexec.settings import Settings
 from toolexec.stores import catalog
 from toolexec.stores.catalog import DefinitionFormat
+from toolexec.stores.fairness_store import AmqpLanes
 from toolexec.stores.liveness import LiveQueues
 from toolexec.stores.replies import ReplyBox
 from toolexec.tracing import configure, end_call, start_call
@@ -131,6 +132,7 @@ class ToolClient:
             self.gate,
             self.payloads,
             LiveQueues(self.redis, self.keys, self.clock),
+            self._amqp_lanes(),
         )
         self.waiter = ReplyWaiter(
             self.redis,
@@ -151,6 +153,12 @@ class ToolClient:
         self.breakers.redis.close()
         self.gate.close()
         self.waiter.close()
+
+    def _amqp_lanes(self) -> AmqpLanes | None:
+        """Per-key queues when the broker is RabbitMQ and they are on (docs/guides/fairness.md)."""
+        if not (self.settings.rabbitmq_fairness and is_amqp(self.settings.broker_url or "")):
+            return None
+        return AmqpLanes(self.redis, self.keys, self.clock)
 
     def __enter__(self) -> ToolClient:
         return self
