@@ -44,6 +44,20 @@ class Fleet:
     queue: str
     store: FairnessStore
     lanes: AmqpLanes
+    workers: list[WorkerProcess]
+    env: dict[str, str]
+    log_dir: Path
+
+    def replace_worker(self) -> None:
+        """SIGKILL the worker (as an OOM killer would) and start another in its place."""
+        self.workers[-1].kill()
+        n = len(self.workers)
+        log = self.log_dir / f"worker-{n}.log"
+        worker = WorkerProcess(
+            "fairness_tools", self.env, queues=self.queue, concurrency=8, log_path=log
+        )
+        worker.start(self.client.settings.redis_url or "", self.client.settings.key_prefix)
+        self.workers.append(worker)
 
 
 @pytest.fixture(scope="module")
@@ -66,16 +80,21 @@ def fleet(settings: Settings, worker_env: dict[str, str], tmp_path_factory: Any)
         "TOOLEXEC_RABBITMQ_FAIRNESS": "true",
         "FAIRNESS_QUEUE": queue,
     }
-    log = tmp_path_factory.mktemp("fair-amqp") / "worker.log"
-    worker = WorkerProcess("fairness_tools", env, queues=queue, concurrency=8, log_path=log)
+    logs = tmp_path_factory.mktemp("fair-amqp")
+    worker = WorkerProcess(
+        "fairness_tools", env, queues=queue, concurrency=8, log_path=logs / "worker.log"
+    )
     worker.start(own.redis_url or "", own.key_prefix)
+    workers = [worker]
     state = redis_client(own.redis_url or "")
     lanes = AmqpLanes(state, Keys(own.key_prefix), clock=_Wall())
+    store = FairnessStore(state, BrokerKeys(own.key_prefix))
     try:
         with ToolClient(own) as client:
-            yield Fleet(client, queue, FairnessStore(state, BrokerKeys(own.key_prefix)), lanes)
+            yield Fleet(client, queue, store, lanes, workers, env, logs)
     finally:
-        worker.stop()
+        for each in workers:
+            each.stop()
         with Connection(RABBITMQ_URL) as conn:
             for name in [queue, *lanes.names(queue)]:
                 Queue(name).bind(conn.default_channel).delete()
@@ -178,3 +197,25 @@ def test_weights_give_shares_on_rabbitmq(fleet: Fleet, tmp_path: Path) -> None:
     for key, weight in weights.items():
         expected = weight / sum(weights.values())
         assert abs(shares[key] - expected) <= 0.3 * expected, (shares, counts)
+
+
+def test_a_killed_workers_keyed_calls_come_back_and_a_new_worker_consumes_their_queues(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """8 calls of a key running when the worker is SIGKILLed, 8 more waiting in its queue:
+    RabbitMQ requeues the 8 unacknowledged, and the worker started in its place finds the
+    key's queue in Redis and consumes it; every call ends, none lost."""
+    key = f"k-{uuid.uuid4().hex[:6]}"
+    gate = tmp_path / "open"
+    results: list[ToolResult] = []
+    sender = _send(fleet.client, [("hold", {"flag": str(gate)})] * 16, results, fairness_key=key)
+    started = lambda: len(list(tmp_path.glob("open.held.*")))  # noqa: E731
+    assert wait_until(lambda: started() >= 8, 30), f"{started()} of 8 slots held"
+    assert wait_until(lambda: _ready([amqp_lane_queue(fleet.queue, key, 0)]) == 8, 10)
+
+    fleet.replace_worker()
+    assert wait_until(lambda: started() >= 16, 30), "the new worker did not take the key's calls"
+    gate.touch()
+    sender.join(timeout=90)
+    assert len(results) == 16
+    assert [r.status for r in results] == ["ok"] * 16, [r.error for r in results if not r.ok]
