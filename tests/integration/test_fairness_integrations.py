@@ -21,6 +21,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import mcp_types as types
 import pytest
 from agents import Agent as AgentsAgent
 from agents import ModelResponse as AgentsResponse
@@ -28,6 +30,9 @@ from agents import RunConfig, Runner, Usage
 from agents.models.interface import Model
 from cluster_support import cluster_run
 from fairness_tools import QUEUE
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_support import mcp_http_process
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -256,3 +261,49 @@ def test_run_tool_calls_inherit_the_key_of_a_run_whose_guard_was_given_one(
         return [reply["content"] for reply in replies]
 
     _assert_waits_in_lane(fair_client, broker, 3, later_round)
+
+
+# -- MCP: a session is a run ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mcp_url(
+    worker_env: dict[str, str], fair_worker: WorkerProcess, tmp_path_factory: Any
+) -> Iterator[str]:
+    log = tmp_path_factory.mktemp("mcp-fair") / "mcp.log"
+    with mcp_http_process(worker_env, log) as url:
+        yield url
+
+
+def test_an_mcp_sessions_calls_inherit_the_key_its_first_call_named(
+    fair_client: ToolClient, broker: Broker, mcp_url: str
+) -> None:
+    first_done, go = threading.Event(), threading.Event()
+    texts: list[str] = []
+
+    async def session() -> None:
+        async with Client(streamable_http_client(mcp_url), mode="legacy") as mcp:
+            meta: Any = {"toolexec/fairness_key": broker.tenant}
+            first = await mcp.call_tool("nap", {"ms": 1, "tag": "first"}, meta=meta)
+            texts.append(_text(first))
+            first_done.set()
+            await anyio.to_thread.run_sync(go.wait, 30)
+            texts.append(_text(await mcp.call_tool(CALL[0], CALL[1])))  # no _meta
+
+    runner = threading.Thread(target=lambda: anyio.run(session), daemon=True)
+    runner.start()
+    assert first_done.wait(30), "the session's first call did not end"
+    holder = fair_client.submit("nap", {"ms": HOLD_MS, "tag": "hold"}, fairness_key=broker.tenant)
+    assert wait_until(lambda: broker.in_flight() == 1, 10), "the holding call never started"
+    go.set()
+    seen = wait_until(lambda: broker.waiting_in(3) == 1, HOLD_MS / 1000)
+    runner.join(timeout=30)
+    assert holder.result().ok
+    assert seen, "the session's second call did not wait in its tenant's lane"
+    assert [json.loads(t)["data"] for t in texts] == ["first", "framework"]
+
+
+def _text(result: Any) -> str:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
