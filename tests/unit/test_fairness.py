@@ -181,3 +181,13 @@ def test_fairness_set_on_rabbitmq_says_what_it_can_do_there(
     monkeypatch.setenv("TOOLEXEC_RABBITMQ_FAIRNESS", "true")
     capped = CliRunner().invoke(fairness, ["set", "tenant-1", "--max-in-flight", "3"])
     assert capped.exit_code != 0 and "max_in_flight is not enforced" in capped.output
+
+
+def test_a_workers_liveness_names_its_tools_queues_not_its_fairness_keys_queues() -> None:
+    from types import SimpleNamespace
+
+    from toolexec.tasks.catalog_publisher import _queues_of
+
+    queues = [SimpleNamespace(name=n) for n in ("tools", "tools.fair.t-1.0", "http")]
+    consumer = SimpleNamespace(task_consumer=SimpleNamespace(queues=queues))
+    assert _queues_of(consumer) == ["http", "tools"]
