@@ -228,6 +228,11 @@ class _Work:
     def pairs(self) -> list[tuple[str, Any]]:
         return [(self.calls[i].tool, self.calls[i].arguments) for i in self.todo]
 
+    @property
+    def run_fairness_key(self) -> str | None:
+        """The run's fairness key, for a round that names none."""
+        return self.plan.fairness_key if self.plan is not None else None
+
 
 def _from_strict(client: ToolClient, calls: tuple[ToolCall, ...]) -> tuple[ToolCall, ...]:
     """Arguments a model sent under strict-mode definitions, in the catalog's shape again."""
@@ -247,6 +252,7 @@ def _prepare(
     guard: RunGuard | None,
     timeout: float | None,
     strict: bool = False,
+    fairness_key: str | None = None,
 ) -> _Work:
     timeout = checked_timeout(timeout)  # before the guard writes anything
     calls = tuple(parse_tool_calls(tool_calls, format))
@@ -255,7 +261,9 @@ def _prepare(
     if guard is None or not calls:
         return _Work(calls, None, [i for i, c in enumerate(calls) if c.problem is None], timeout)
     plan = guard.begin_round(
-        [(c.tool, c.arguments) for c in calls], alternatives=sorted(client.catalog())
+        [(c.tool, c.arguments) for c in calls],
+        alternatives=sorted(client.catalog()),
+        fairness_key=fairness_key,
     )
     todo = [i for i in plan.to_run if calls[i].problem is None]
     limits = [t for t in (plan.timeout, timeout) if t is not None]
@@ -315,7 +323,7 @@ def run_round(
     so its arguments are turned back into the catalog's shape first.
     """
     run_id = guard.run_id if guard else None
-    work = _prepare(client, tool_calls, format, guard, timeout, strict)
+    work = _prepare(client, tool_calls, format, guard, timeout, strict, fairness_key)
     try:
         got = (
             client.call_many(
@@ -323,7 +331,7 @@ def run_round(
                 run_id=run_id,
                 timeout=work.timeout,
                 guard=False,
-                fairness_key=fairness_key,
+                fairness_key=fairness_key or work.run_fairness_key,
                 priority=priority,
             )
             if work.todo
@@ -348,7 +356,9 @@ async def arun_round(
 ) -> Round:
     """The asyncio form of :func:`run_round`; Redis round trips go to a thread."""
     run_id = guard.run_id if guard else None
-    work = await asyncio.to_thread(_prepare, client, tool_calls, format, guard, timeout, strict)
+    work = await asyncio.to_thread(
+        _prepare, client, tool_calls, format, guard, timeout, strict, fairness_key
+    )
     try:
         got = (
             await client.acall_many(
@@ -356,7 +366,7 @@ async def arun_round(
                 run_id=run_id,
                 timeout=work.timeout,
                 guard=False,
-                fairness_key=fairness_key,
+                fairness_key=fairness_key or work.run_fairness_key,
                 priority=priority,
             )
             if work.todo

@@ -23,13 +23,17 @@ from typing import Any
 from toolexec.errors import UsageError
 
 __all__ = [
+    "AMQP_LANE_MARK",
+    "AMQP_MAX_SHARES",
     "DEFAULT_PRIORITY",
     "LANE_HEADER",
     "MAX_KEY_LENGTH",
     "MAX_WEIGHT",
     "NO_LANE",
     "Lane",
+    "amqp_lane_queue",
     "amqp_priority",
+    "amqp_shares",
     "checked_cap",
     "checked_fairness_key",
     "checked_priority",
@@ -62,6 +66,14 @@ MIN_WEIGHT = 0.001
 
 #: Calls of one key in flight across the fleet, at most (``max_in_flight``).
 MAX_CAP = 100_000
+
+#: On RabbitMQ a key's weight is a number of queues, each one share of the workers'
+#: deliveries (docs/guides/fairness.md, "RabbitMQ"); more than this many queues per
+#: key would cost the broker more than the share is worth.
+AMQP_MAX_SHARES = 16
+
+#: What a per-key queue's name has between its queue and its key, on RabbitMQ.
+AMQP_LANE_MARK = ".fair."
 
 
 def checked_fairness_key(key: Any, what: str = "fairness_key") -> str | None:
@@ -185,6 +197,21 @@ def lane_in(kwargs: Any) -> Lane:
         return Lane.of(ctx.get("fairness_key"), ctx.get("priority"))
     except UsageError:
         return NO_LANE
+
+
+def amqp_shares(weight: float) -> int:
+    """How many queues a key of ``weight`` gets on RabbitMQ: its weight, whole, 1 to 16.
+
+    RabbitMQ hands a freed delivery slot of a channel to its consumed queues in turn
+    (a random one first each time), whatever their depth, so a key's share of a
+    worker's deliveries is its number of queues among the backlogged ones.
+    """
+    return max(1, min(AMQP_MAX_SHARES, round(checked_weight(weight))))
+
+
+def amqp_lane_queue(queue: str, key: str, share: int) -> str:
+    """The RabbitMQ queue of ``key``'s calls to ``queue``, its ``share``-th (from 0)."""
+    return f"{queue}{AMQP_LANE_MARK}{key}.{share}"
 
 
 def is_amqp(broker_url: str) -> bool:

@@ -297,6 +297,17 @@ class Keys:
         """
         return f"{self.prefix}:inflight:{{inflight:{bucket}}}"
 
+    def amqp_lanes(self, queue: str) -> str:
+        """Set: the per-key RabbitMQ queues of ``queue`` (``TOOLEXEC_RABBITMQ_FAIRNESS``).
+
+        Clients add a key's queues before sending to them, workers consume every
+        member. No TTL: a member names a durable queue on the broker that may hold
+        calls, and a worker that forgot it would leave them there; clients add
+        their keys' queues again every :data:`AMQP_LANES_REFRESH_S`, so a set lost
+        with a Redis restart is whole again within seconds.
+        """
+        return f"{self.prefix}:fair:amqp:{{{queue}}}"
+
     def run(self, run_id: str) -> str:
         """String: one agent run's guard state as JSON (counts, history, ladder, verdicts).
 
@@ -549,6 +560,10 @@ class BrokerKeys:
         """
         return f"{self.prefix}:fair:inflight:"
 
+
+#: How often a client adds its fairness keys' RabbitMQ queues to :meth:`Keys.amqp_lanes`
+#: again, and reads their weights again (a weight set takes effect within this).
+AMQP_LANES_REFRESH_S = 5.0
 
 #: A consumer that has not beaten for this long is dead: five missed beats of one
 #: second, so a host busy for a few seconds is not declared dead.

@@ -171,6 +171,12 @@ class Settings(BaseSettings):
         "by priority; a queue declared without it must be drained and deleted first "
         "(docs/guides/fairness.md).",
     )
+    rabbitmq_fairness: bool = Field(
+        default=False,
+        description="On RabbitMQ, send calls with a fairness key to per-key queues that "
+        "workers consume side by side, a key's weight its number of queues; set it on "
+        "workers and clients alike (docs/guides/fairness.md).",
+    )
     payload_store: str = Field(
         default="redis",
         description="Where large results and arguments go: redis, file:///dir or s3://bucket/prefix.",

@@ -19,6 +19,7 @@ from celery import Celery
 from celery.worker import state as worker_state
 
 from toolexec.clock import SystemClock
+from toolexec.fairness import AMQP_LANE_MARK
 from toolexec.keys import Keys
 from toolexec.registry import default_registry
 from toolexec.stores import catalog, liveness
@@ -57,9 +58,15 @@ def publish_catalog(celery_app: Celery, worker: str, queues: list[str] | None = 
 
 
 def _queues_of(consumer: Any) -> list[str]:
-    """The queues the worker consumes now (``add_consumer`` can change them)."""
+    """The queues the worker consumes now (``add_consumer`` can change them).
+
+    Fairness keys' queues on RabbitMQ (``toolexec.worker.amqp_lanes``) are left
+    out: clients ask whether a tool's queue is served, never a key's, and a
+    worker of 1 000 keys would otherwise write 1 000 liveness entries a beat.
+    """
     task_consumer = getattr(consumer, "task_consumer", None)
-    return sorted({queue.name for queue in getattr(task_consumer, "queues", None) or ()})
+    queues = getattr(task_consumer, "queues", None) or ()
+    return sorted({q.name for q in queues if AMQP_LANE_MARK not in q.name})
 
 
 @dataclass

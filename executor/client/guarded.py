@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from toolexec.errors import InfrastructureError
+from toolexec.fairness import Lane
 from toolexec.guard import GuardedResult, RoundPlan, RunGuard
 from toolexec.results import ToolResult
 
 if TYPE_CHECKING:
     from toolexec.client.sdk import ToolClient
 
-__all__ = ["GuardedRound", "begin_round", "noted"]
+__all__ = ["GuardedRound", "begin_round", "noted", "run_lane"]
 
 
 def _guard_arguments(arguments: Any) -> Any:
@@ -83,12 +84,34 @@ class GuardedRound:
 
 
 def begin_round(
-    client: ToolClient, run_id: str | None, calls: Sequence[tuple[str, Any]], guarded: bool
+    client: ToolClient,
+    run_id: str | None,
+    calls: Sequence[tuple[str, Any]],
+    guarded: bool,
+    fairness_key: str | None = None,
 ) -> GuardedRound | None:
-    """The round these calls make in run ``run_id``; None without a run id or when opted out."""
+    """The round these calls make in run ``run_id``; None without a run id or when opted out.
+
+    ``fairness_key`` becomes the run's when it has none yet (see :func:`run_lane`).
+    """
     if not guarded or run_id is None or not calls:
         return None
     guard = client.run_guard(run_id)
     pairs = [(tool, _guard_arguments(arguments)) for tool, arguments in calls]
-    plan = guard.begin_round(pairs, alternatives=sorted(client.catalog()))
+    plan = guard.begin_round(
+        pairs, alternatives=sorted(client.catalog()), fairness_key=fairness_key
+    )
     return GuardedRound(guard, plan)
+
+
+def run_lane(round_: GuardedRound | None, lane: Lane) -> Lane:
+    """The lane the round's calls wait in: a call naming no fairness key takes the run's.
+
+    The run's key is in the state the guard has just read, so inheriting it costs
+    no round trip; a framework that knows only the run id still sends the
+    tenant's calls in the tenant's lane.
+    """
+    inherited = round_.plan.fairness_key if round_ is not None else None
+    if lane.fairness_key is not None or inherited is None:
+        return lane
+    return Lane(inherited, lane.priority)

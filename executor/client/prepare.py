@@ -22,6 +22,7 @@ from toolexec.breaker import BreakerGate
 from toolexec.client.catalog_cache import CatalogCache
 from toolexec.client.payloads import ClientPayloads
 from toolexec.clock import Clock
+from toolexec.connection import redis_url, unavailable
 from toolexec.context import CallContext
 from toolexec.errors import CircuitOpenError, ErrorType, UsageError
 from toolexec.fairness import NO_LANE, Lane, checked_cap, checked_priority
@@ -31,6 +32,8 @@ from toolexec.redaction import secret_names
 from toolexec.results import ErrorInfo, ToolResult, error_info, error_result
 from toolexec.settings import Settings
 from toolexec.stores.catalog import CatalogEntry
+from toolexec.stores.failopen import REDIS_ERRORS
+from toolexec.stores.fairness_store import AmqpLanes
 from toolexec.stores.liveness import LiveQueues, no_catalog_info, no_worker_info
 from toolexec.validation import validate_against_schema
 
@@ -81,8 +84,11 @@ class CallPreparer:
         gate: BreakerGate,
         payloads: ClientPayloads,
         live_queues: LiveQueues | None = None,
+        amqp_lanes: AmqpLanes | None = None,
     ) -> None:
         self.settings = settings
+        #: Per-key queues on RabbitMQ (``rabbitmq_fairness``); None: every call to its queue.
+        self.amqp_lanes = amqp_lanes
         self.clock = clock
         self.catalog = catalog
         self.gate = gate
@@ -274,12 +280,21 @@ class CallPreparer:
         return PreparedCall(
             ctx,
             inline,
-            entry["policy"]["queue"],
+            self._queue(ctx, entry["policy"]["queue"]),
             None,
             secrets,
             side_effects=side_effects,
             tool_cap=None if cap is None else (ctx.tool, cap),
         )
+
+    def _queue(self, ctx: CallContext, queue: str) -> str:
+        """The queue the call goes to: on RabbitMQ with fairness on, its key's own."""
+        if self.amqp_lanes is None or ctx.fairness_key is None:
+            return queue
+        try:
+            return self.amqp_lanes.queue_for(queue, ctx.fairness_key)
+        except REDIS_ERRORS as exc:
+            raise unavailable(redis_url(self.settings), exc) from exc
 
     def _unserved(self, ctx: CallContext, queue: str) -> PreparedCall | None:
         """No live worker serves the queue: say so now instead of at the deadline."""

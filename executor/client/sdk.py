@@ -26,7 +26,7 @@ from toolexec.adapters import Format, arun_round, run_round
 from toolexec.bounds import checked_id
 from toolexec.breaker import BreakerGate, CircuitBreaker
 from toolexec.client.catalog_cache import CatalogCache
-from toolexec.client.guarded import begin_round
+from toolexec.client.guarded import begin_round, run_lane
 from toolexec.client.payloads import ClientPayloads
 from toolexec.client.prepare import CallPreparer, CallSpec, PreparedCall
 from toolexec.client.publish import WINDOW, broker_app, publish
@@ -34,7 +34,7 @@ from toolexec.client.waiting import ReplyWaiter
 from toolexec.clock import Clock
 from toolexec.connection import fail_fast_client, fleet_clock, redis_client, redis_url
 from toolexec.errors import InfrastructureError
-from toolexec.fairness import NO_LANE, Lane
+from toolexec.fairness import NO_LANE, Lane, is_amqp
 from toolexec.guard import RunGuard
 from toolexec.keys import Keys
 from toolexec.payloads import PayloadPage
@@ -43,6 +43,7 @@ from toolexec.results import PayloadRef, ToolResult
 from toolexec.settings import Settings
 from toolexec.stores import catalog
 from toolexec.stores.catalog import DefinitionFormat
+from toolexec.stores.fairness_store import AmqpLanes
 from toolexec.stores.liveness import LiveQueues
 from toolexec.stores.replies import ReplyBox
 from toolexec.tracing import configure, end_call, start_call
@@ -131,6 +132,7 @@ class ToolClient:
             self.gate,
             self.payloads,
             LiveQueues(self.redis, self.keys, self.clock),
+            self._amqp_lanes(),
         )
         self.waiter = ReplyWaiter(
             self.redis,
@@ -151,6 +153,12 @@ class ToolClient:
         self.breakers.redis.close()
         self.gate.close()
         self.waiter.close()
+
+    def _amqp_lanes(self) -> AmqpLanes | None:
+        """Per-key queues when the broker is RabbitMQ and they are on (docs/guides/fairness.md)."""
+        if not (self.settings.rabbitmq_fairness and is_amqp(self.settings.broker_url or "")):
+            return None
+        return AmqpLanes(self.redis, self.keys, self.clock)
 
     def __enter__(self) -> ToolClient:
         return self
@@ -246,7 +254,8 @@ class ToolClient:
         start_ns = time.time_ns()
         run_id = checked_id(run_id, "run_id")
         lane = Lane.of(fairness_key, priority)
-        round_ = begin_round(self, run_id, [(tool, arguments)], guard)
+        round_ = begin_round(self, run_id, [(tool, arguments)], guard, lane.fairness_key)
+        lane = run_lane(round_, lane)
         if round_ is not None and not round_.to_run:
             return CallHandle(None, None, None, ready=round_.settle([])[0])
         asked = timeout if round_ is None else round_.timeout(timeout)
@@ -295,7 +304,8 @@ class ToolClient:
         calls = self.preparer.checked(calls)
         run_id = checked_id(run_id, "run_id")
         lane = Lane.of(fairness_key, priority)
-        round_ = begin_round(self, run_id, calls, guard)
+        round_ = begin_round(self, run_id, calls, guard, lane.fairness_key)
+        lane = run_lane(round_, lane)
         todo = list(range(len(calls))) if round_ is None else round_.to_run
         asked = timeout if round_ is None else round_.timeout(timeout)
         try:
@@ -355,7 +365,10 @@ class ToolClient:
         start_ns = time.time_ns()
         run_id = checked_id(run_id, "run_id")
         lane = Lane.of(fairness_key, priority)
-        round_ = await asyncio.to_thread(begin_round, self, run_id, [(tool, arguments)], guard)
+        round_ = await asyncio.to_thread(
+            begin_round, self, run_id, [(tool, arguments)], guard, lane.fairness_key
+        )
+        lane = run_lane(round_, lane)
         if round_ is not None and not round_.to_run:
             return (await asyncio.to_thread(round_.settle, []))[0]
         asked = timeout if round_ is None else round_.timeout(timeout)
@@ -395,7 +408,8 @@ class ToolClient:
         calls = self.preparer.checked(calls)
         run_id = checked_id(run_id, "run_id")
         lane = Lane.of(fairness_key, priority)
-        round_ = await asyncio.to_thread(begin_round, self, run_id, calls, guard)
+        round_ = await asyncio.to_thread(begin_round, self, run_id, calls, guard, lane.fairness_key)
+        lane = run_lane(round_, lane)
         todo = list(range(len(calls))) if round_ is None else round_.to_run
         asked = timeout if round_ is None else round_.timeout(timeout)
         try:
@@ -423,10 +437,26 @@ class ToolClient:
     # -- a model's tool calls, under the run guard ---------------------------
 
     def run_guard(
-        self, run_id: str, budget: RunBudget | None = None, *, clock: Clock | None = None
+        self,
+        run_id: str,
+        budget: RunBudget | None = None,
+        *,
+        clock: Clock | None = None,
+        fairness_key: str | None = None,
     ) -> RunGuard:
-        """The guardrails of run ``run_id``, kept in this client's Redis (see toolexec.guard)."""
-        return RunGuard(run_id, budget, redis=self.redis, keys=self.keys, clock=clock or self.clock)
+        """The guardrails of run ``run_id``, kept in this client's Redis (see toolexec.guard).
+
+        ``fairness_key`` becomes the run's at its next round if it has none: every
+        call of the run that names no key then waits in that key's lane.
+        """
+        return RunGuard(
+            run_id,
+            budget,
+            redis=self.redis,
+            keys=self.keys,
+            clock=clock or self.clock,
+            fairness_key=fairness_key,
+        )
 
     def run_tool_calls(
         self,

@@ -151,6 +151,9 @@ class RunState(BaseModel):
     streak: int = 0
     last_results: list[dict[str, Any]] = Field(default_factory=list)
     ended: RunEnd | None = None
+    #: The run's tenant for the workers' fair dispatch: its calls that name no
+    #: fairness key wait under this one (the first key a round of the run gave).
+    fairness_key: str | None = None
 
     @classmethod
     def new(cls, budget: RunBudget, now: float) -> RunState:
@@ -196,6 +199,8 @@ class RoundPlan:
     timeout: float | None = None
     ended: RunEnd | None = None
     offered: tuple[str, ...] = ()
+    #: The run's fairness key, inherited by its calls that give none.
+    fairness_key: str | None = None
     #: The stored state (JSON) before and after planning: the end of the round is
     #: written against the latter, and a round whose calls never went out is taken
     #: back to the former (:meth:`RunGuard.abandon_round`).
@@ -254,6 +259,7 @@ class RunView:
     ended: ErrorType | None = None
     message: str | None = None
     disabled: tuple[str, ...] = field(default_factory=tuple)
+    fairness_key: str | None = None
 
 
 def digest(value: Any) -> str:

@@ -101,11 +101,15 @@ def plan_round(
     now: float,
     alternatives: Sequence[str] = (),
     copy: bool = True,
+    fairness_key: str | None = None,
 ) -> tuple[RunState, RoundPlan]:
     """Decide what each call of a new round may do; returns the state to store.
 
     ``copy=False`` changes ``state`` in place: for a caller that owns it (the
     guard, which has just read it), a copy would only cost time.
+    ``fairness_key`` (already checked) becomes the run's if it has none yet: a
+    run is one tenant's, so the key is named once and a framework's later calls,
+    which know only the run id, still wait in that tenant's lane.
     """
     if state is None:
         state = RunState.new(budget or RunBudget(), now)
@@ -113,6 +117,8 @@ def plan_round(
         state = copy_state(state)
     if budget is not None:
         state.budget = budget
+    if state.fairness_key is None:
+        state.fairness_key = fairness_key
     if state.ended is None:
         spent = spent_budget(state, now)
         if spent is not None:
@@ -129,7 +135,15 @@ def plan_round(
     wall = state.budget.max_wall_s
     timeout = None if wall is None else state.started_at + wall - now
     offered = tuple(alternatives)
-    return state, RoundPlan(run_id, state.round, tuple(decisions), timeout, None, offered)
+    return state, RoundPlan(
+        run_id,
+        state.round,
+        tuple(decisions),
+        timeout,
+        None,
+        offered,
+        fairness_key=state.fairness_key,
+    )
 
 
 def _refused_round(
@@ -138,7 +152,7 @@ def _refused_round(
     """A round of an ended run: nothing runs, every call gets the run's end."""
     ruling = Ruling.EXHAUSTED if ended.type is ErrorType.RUN_BUDGET_EXHAUSTED else Ruling.ABORT
     decisions = tuple(Decision(t, a, call_key(t, a), ruling) for t, a in calls)
-    return RoundPlan(run_id, state.round, decisions, None, ended)
+    return RoundPlan(run_id, state.round, decisions, None, ended, fairness_key=state.fairness_key)
 
 
 def _record(state: RunState, decision: Decision, result: ToolResult) -> bool:

@@ -16,6 +16,7 @@ import redis
 from toolexec.clock import Clock, SystemClock
 from toolexec.connection import unavailable
 from toolexec.errors import UsageError
+from toolexec.fairness import checked_fairness_key
 from toolexec.guard.model import GuardedResult, RoundPlan, RunState, RunView
 from toolexec.guard.planning import plan_round, settle_round
 from toolexec.keys import RUN_IDLE_TTL_S, Keys
@@ -56,11 +57,14 @@ class RunGuard:
         redis: redis.Redis,
         keys: Keys | None = None,
         clock: Clock | None = None,
+        fairness_key: str | None = None,
     ) -> None:
         if not isinstance(run_id, str) or not run_id or len(run_id) > 200:
             raise UsageError(f"a run id must be a string of 1-200 characters, not {run_id!r}")
         self.run_id = run_id
         self.budget = budget
+        #: Given to the run when it has no fairness key yet (see :func:`plan_round`).
+        self.fairness_key = checked_fairness_key(fairness_key)
         self.redis = redis
         self.keys = keys or Keys()
         self.clock: Clock = clock or SystemClock()
@@ -71,13 +75,20 @@ class RunGuard:
         return self.keys.run(self.run_id)
 
     def begin_round(
-        self, calls: Sequence[tuple[str, Any]], *, alternatives: Sequence[str] = ()
+        self,
+        calls: Sequence[tuple[str, Any]],
+        *,
+        alternatives: Sequence[str] = (),
+        fairness_key: str | None = None,
     ) -> RoundPlan:
         """Decide each call's fate before any runs.
 
         ``alternatives`` are the tools the model may use instead of one the
-        guard disables (usually the catalog's names).
+        guard disables (usually the catalog's names). ``fairness_key`` (the
+        round's, else the guard's) becomes the run's if it has none; the plan's
+        ``fairness_key`` is the run's, for the calls that name none.
         """
+        key = checked_fairness_key(fairness_key) or self.fairness_key
 
         def change(state: RunState | None) -> tuple[RunState, RoundPlan]:
             return plan_round(
@@ -88,6 +99,7 @@ class RunGuard:
                 now=self.clock.now(),
                 alternatives=alternatives,
                 copy=False,
+                fairness_key=key,
             )
 
         plan, before, written = self._transact(change)
@@ -208,4 +220,5 @@ def _view(run_id: str, state: RunState, now: float) -> RunView:
         ended=None if state.ended is None else state.ended.type,
         message=None if state.ended is None else state.ended.message,
         disabled=tuple(sorted(t for t, d in state.disabled.items() if d.until_round > state.round)),
+        fairness_key=state.fairness_key,
     )

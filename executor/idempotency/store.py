@@ -68,19 +68,11 @@ class IdempotencyStore:
         self.clock = clock
         self.lease_s = lease_s
         self.retention_s = retention_s
-        self._begin = register(client,
-            script_source("idempotency_record", "idempotency_begin")
-        )
-        self._renew = register(client,
-            script_source("idempotency_record", "idempotency_renew")
-        )
+        self._begin = register(client, script_source("idempotency_record", "idempotency_begin"))
+        self._renew = register(client, script_source("idempotency_record", "idempotency_renew"))
         self._park = _record_script(client, "idempotency_park")
-        self._finish = register(client,
-            script_source("idempotency_record", "idempotency_finish")
-        )
-        self._claim = register(client,
-            script_source("idempotency_record", "idempotency_claim")
-        )
+        self._finish = register(client, script_source("idempotency_record", "idempotency_finish"))
+        self._claim = register(client, script_source("idempotency_record", "idempotency_claim"))
         self._due = register(client, script_source("idempotency_due"))
 
     def begin(

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from toolexec.bounds import checked_id
 from toolexec.errors import UsageError
+from toolexec.fairness import Lane
 from toolexec.stores.catalog import Catalog, CatalogEntry
 
 if TYPE_CHECKING:
     from toolexec.client import ToolClient
 
-__all__ = ["RunIds", "decoded", "run_id_in", "selected"]
+__all__ = ["Lane", "RunIds", "decoded", "fairness_key_in", "run_id_in", "selected"]
 
 
 def selected(client: ToolClient, names: Iterable[str] | None) -> list[tuple[str, CatalogEntry]]:
@@ -61,6 +62,21 @@ def run_id_in(value: Any) -> str | None:
         return checked_id(str(found), "run_id")
     except UsageError:
         return None
+
+
+def fairness_key_in(value: Any) -> str | None:
+    """The fairness key a framework's context names: ``.fairness_key`` or ``["fairness_key"]``.
+
+    One set of tools often serves many tenants' runs, so the tenant travels with
+    the run's context rather than with the tools. Not checked here: the client
+    refuses a bad key with a ``UsageError`` saying what is allowed, before anything
+    is sent, which is better than a tenant's calls silently losing their lane.
+    """
+    if isinstance(value, Mapping):
+        found = value.get("fairness_key")
+    else:
+        found = getattr(value, "fairness_key", None)
+    return found if found is None or isinstance(found, str) else str(found)
 
 
 class RunIds:

@@ -16,6 +16,10 @@ the broker being unreachable raises, and the SDK reports that to the model).
 The run id, when none is given, is the run's own: ``run_id`` of the context object
 passed to ``Runner.run(..., context=...)`` (an attribute or a key), else the run
 config's ``trace_id``, else one id per run (the SDK builds a ``RunConfig`` per run).
+
+The lane (docs/guides/fairness.md): ``fairness_key=`` and ``priority=`` given here
+apply to every call; without a key, the context object's ``fairness_key`` (an
+attribute or a key) names the run's tenant, else the run's own (the run guard's).
 """
 
 from __future__ import annotations
@@ -26,7 +30,14 @@ from typing import TYPE_CHECKING, Any
 from agents import FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
-from toolexec.integrations.common import RunIds, decoded, run_id_in, selected
+from toolexec.integrations.common import (
+    Lane,
+    RunIds,
+    decoded,
+    fairness_key_in,
+    run_id_in,
+    selected,
+)
 from toolexec.stores.catalog import CatalogEntry
 from toolexec.strict import from_strict, strict_or_none
 
@@ -57,6 +68,8 @@ def function_tools(
     names: Iterable[str] | None = None,
     strict: bool = True,
     approve_writes: bool = False,
+    fairness_key: str | None = None,
+    priority: int | None = None,
 ) -> list[FunctionTool]:
     """The catalog's tools (all, or ``names``) as ``FunctionTool`` objects.
 
@@ -65,10 +78,12 @@ def function_tools(
     ``approve_writes`` sets the SDK's ``needs_approval`` on tools declared with
     ``side_effects=True``, so the run pauses for a human before each write.
     A tool whose schema has no strict form (a remote MCP tool's, say) is offered
-    non-strict rather than left out.
+    non-strict rather than left out. ``fairness_key`` and ``priority`` choose the
+    calls' lane (checked here, so a bad value fails before the agent runs).
     """
+    lane = Lane.of(fairness_key, priority)
     return [
-        _function_tool(client, name, entry, run_id, strict, approve_writes)
+        _function_tool(client, name, entry, run_id, strict, approve_writes, lane)
         for name, entry in selected(client, names)
     ]
 
@@ -80,6 +95,7 @@ def _function_tool(
     run_id: str | None,
     strict: bool,
     approve_writes: bool,
+    lane: Lane,
 ) -> FunctionTool:
     original = entry["parameters"]
     converted = strict_or_none(original) if strict else None
@@ -89,7 +105,13 @@ def _function_tool(
         arguments = decoded(raw)
         if is_strict:
             arguments = from_strict(arguments, original)
-        result = await client.acall(name, arguments, run_id=run_id or run_id_of(ctx))
+        result = await client.acall(
+            name,
+            arguments,
+            run_id=run_id or run_id_of(ctx),
+            fairness_key=lane.fairness_key or fairness_key_in(ctx.context),
+            priority=lane.priority,
+        )
         return result.content()
 
     writes = bool((entry.get("policy") or {}).get("side_effects"))

@@ -14,6 +14,10 @@ model what to change.
 
 The run id, when none is given, is pydantic-ai's: ``RunContext.run_id``, the
 ``run_id`` passed to ``Agent.run`` or a fresh one per run.
+
+The lane (docs/guides/fairness.md): ``fairness_key=`` and ``priority=`` given here
+apply to every call; without a key, the run's ``deps`` name the tenant
+(``deps.fairness_key`` or ``deps["fairness_key"]``), else the run's own (the run guard's).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from toolexec.integrations.common import run_id_in, selected
+from toolexec.integrations.common import Lane, fairness_key_in, run_id_in, selected
 from toolexec.stores.catalog import CatalogEntry
 from toolexec.strict import from_strict, strict_or_none
 
@@ -56,9 +60,12 @@ class ToolexecToolset(AbstractToolset[Any]):
         names: Iterable[str] | None = None,
         strict: bool = False,
         id: str | None = "toolexec",
+        fairness_key: str | None = None,
+        priority: int | None = None,
     ) -> None:
         self.client = client
         self.run_id = run_id
+        self.lane = Lane.of(fairness_key, priority)
         self.names = None if names is None else list(names)
         self.strict = strict
         self._id = id
@@ -97,7 +104,13 @@ class ToolexecToolset(AbstractToolset[Any]):
         if meta.get("strict"):
             arguments = from_strict(tool_args, meta["schema"])
         run_id = self.run_id or run_id_in(ctx)
-        result = await self.client.acall(name, arguments, run_id=run_id)
+        result = await self.client.acall(
+            name,
+            arguments,
+            run_id=run_id,
+            fairness_key=self.lane.fairness_key or fairness_key_in(ctx.deps),
+            priority=self.lane.priority,
+        )
         return result.content()
 
 
@@ -107,11 +120,21 @@ def toolset(
     run_id: str | None = None,
     names: Iterable[str] | None = None,
     strict: bool = False,
+    fairness_key: str | None = None,
+    priority: int | None = None,
 ) -> ToolexecToolset:
     """The catalog's tools (all, or ``names``) as a pydantic-ai toolset.
 
     ``strict=True`` gives each tool its strict-mode schema (``toolexec.strict``) and
     asks the provider for strict mode; by default the catalog's schema goes as it is,
-    which every provider takes, and pydantic-ai decides.
+    which every provider takes, and pydantic-ai decides. ``fairness_key`` and
+    ``priority`` choose the calls' lane (see the module's docstring).
     """
-    return ToolexecToolset(client, run_id=run_id, names=names, strict=strict)
+    return ToolexecToolset(
+        client,
+        run_id=run_id,
+        names=names,
+        strict=strict,
+        fairness_key=fairness_key,
+        priority=priority,
+    )

@@ -368,7 +368,12 @@ class RetryBudgetLayer(Layer):
 
         def write(batch: Batch, counts: Mapping[str, int], write: tuple[str, float]) -> None:
             self.budget.record_into(
-                batch, name, policy, first_attempt=first, failed=False, write=write,
+                batch,
+                name,
+                policy,
+                first_attempt=first,
+                failed=False,
+                write=write,
                 amount=counts["n"],
             )
 

@@ -38,7 +38,7 @@ from toolexec.client.prepare import PreparedCall
 from toolexec.client.publish import publish
 from toolexec.connection import async_redis_client, unavailable
 from toolexec.errors import InfrastructureError, PayloadUnavailableError, UsageError
-from toolexec.fairness import NO_LANE
+from toolexec.fairness import NO_LANE, Lane
 from toolexec.guard import RoundPlan, RunGuard
 from toolexec.keys import REPLY_TTL_S
 from toolexec.layers.approvals import ApprovalStore, Decision
@@ -457,9 +457,19 @@ class _Call:
         return await self._finish(plan, result)
 
     def _begin(self, guard: RunGuard) -> RoundPlan:
-        """The guard's ruling on this call, as a round of one (the catalog names alternatives)."""
+        """The guard's ruling on this call, as a round of one (the catalog names alternatives).
+
+        A call whose ``_meta`` names no fairness key takes the run's (the session's).
+        """
         names = sorted(self.front.client.catalog())
-        return guard.begin_round([(self.tool, self.arguments)], alternatives=names)
+        plan = guard.begin_round(
+            [(self.tool, self.arguments)],
+            alternatives=names,
+            fairness_key=self.lane.fairness_key,
+        )
+        if self.lane.fairness_key is None and plan.fairness_key is not None:
+            self.lane = Lane(plan.fairness_key, self.lane.priority)
+        return plan
 
     async def _wait(self) -> ToolResult:
         prepared = await asyncio.to_thread(self._submit)

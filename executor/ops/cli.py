@@ -286,8 +286,7 @@ def worker(
     choice = choose_pool(
         os.cpu_count() or 1,
         pool or (settings.worker_pool if "worker_pool" in explicit else None),
-        concurrency
-        or (settings.worker_concurrency if "worker_concurrency" in explicit else None),
+        concurrency or (settings.worker_concurrency if "worker_concurrency" in explicit else None),
         settings.worker_concurrency,
     )
     chosen = pool or concurrency or "worker_pool" in explicit or "worker_concurrency" in explicit

@@ -2,7 +2,10 @@
 
 Attach with ``cli.add_command(fairness)``. Settings live on the Redis broker,
 beside the lanes whose script reads them (:mod:`toolexec.stores.fairness_store`); the
-next call taken uses them. On RabbitMQ there are no lanes (docs/guides/fairness.md).
+next call taken uses them. On RabbitMQ with ``TOOLEXEC_RABBITMQ_FAIRNESS=true`` the
+weights live in toolexec's Redis, where clients read them to pick a key's number of
+queues; caps are not enforced there, so ``--max-in-flight`` is refused
+(docs/guides/fairness.md, "RabbitMQ").
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from toolexec.stores.fairness_store import FairnessStore
 __all__ = ["fairness"]
 
 
-def _store() -> FairnessStore:
+def _store(capping: bool = False) -> FairnessStore:
     from toolexec.connection import redis_client, redis_url
     from toolexec.fairness import is_amqp
     from toolexec.keys import BrokerKeys
@@ -26,12 +29,21 @@ def _store() -> FairnessStore:
 
     settings = Settings.from_env()
     broker = settings.broker_url or redis_url(settings)
-    if is_amqp(broker):
+    keys = BrokerKeys(settings.key_prefix)
+    if not is_amqp(broker):
+        return FairnessStore(redis_client(broker, socket_timeout=5.0), keys)
+    if not settings.rabbitmq_fairness:
         raise click.ClickException(
-            "the broker is RabbitMQ: calls are ordered by priority there, and fairness keys "
-            "have no weights (docs/guides/fairness.md)"
+            "the broker is RabbitMQ without TOOLEXEC_RABBITMQ_FAIRNESS=true: calls are "
+            "ordered by priority there, and fairness keys have no weights "
+            "(docs/guides/fairness.md)"
         )
-    return FairnessStore(redis_client(broker, socket_timeout=5.0), BrokerKeys(settings.key_prefix))
+    if capping:
+        raise click.ClickException(
+            "the broker is RabbitMQ: a key's weight is its number of queues there, but "
+            "max_in_flight is not enforced (docs/guides/fairness.md, RabbitMQ)"
+        )
+    return FairnessStore(redis_client(redis_url(settings), socket_timeout=5.0), keys)
 
 
 @click.group()
@@ -51,7 +63,8 @@ def set_(key: str, weight: str | None, max_in_flight: int | None) -> None:
         raise click.UsageError("give a WEIGHT, --max-in-flight, or both")
     with reported():
         try:
-            _store().set(key, None if weight is None else float(weight), max_in_flight)
+            store = _store(capping=max_in_flight is not None)
+            store.set(key, None if weight is None else float(weight), max_in_flight)
         except (UsageError, ValueError) as exc:
             raise click.BadParameter(str(exc)) from exc
     click.echo(f"{key}: " + ", ".join(_said(weight, max_in_flight)))

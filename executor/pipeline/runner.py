@@ -38,9 +38,7 @@ log = logging.getLogger(__name__)
 
 #: What a body thread hands back: ``(True, value)`` or ``(False, exception)``.
 _Reply = tuple[bool, Any]
-_Job = tuple[
-    contextvars.Context, Callable[..., Any], dict[str, Any], "queue.SimpleQueue[_Reply]"
-]
+_Job = tuple[contextvars.Context, Callable[..., Any], dict[str, Any], "queue.SimpleQueue[_Reply]"]
 
 
 class _BodyThreads:

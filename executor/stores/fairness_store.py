@@ -11,16 +11,32 @@ the keys with the most calls waiting, a bounded number of them (a fleet with
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
-from toolexec.fairness import checked_cap, checked_fairness_key, checked_weight
-from toolexec.keys import BrokerKeys
+from toolexec.clock import Clock
+from toolexec.errors import UsageError
+from toolexec.fairness import (
+    amqp_lane_queue,
+    amqp_shares,
+    checked_cap,
+    checked_fairness_key,
+    checked_weight,
+)
+from toolexec.keys import AMQP_LANES_REFRESH_S, BrokerKeys, Keys
 
-__all__ = ["FairnessStore", "KeyBacklog", "QueueLanes", "submitted_at", "summarise"]
+__all__ = [
+    "AmqpLanes",
+    "FairnessStore",
+    "KeyBacklog",
+    "QueueLanes",
+    "submitted_at",
+    "summarise",
+]
 
 #: Ready keys read per priority for a view, at most: the view is a sample beyond that.
 SCAN_KEYS = 1_000
@@ -195,3 +211,59 @@ def _merged(rows: list[KeyBacklog]) -> list[KeyBacklog]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+#: (queue, key) pairs a client remembers before starting afresh: bounded memory.
+_KNOWN_KEYS = 10_000
+
+
+class AmqpLanes:
+    """Per-key queues on RabbitMQ (``TOOLEXEC_RABBITMQ_FAIRNESS``), in toolexec's Redis.
+
+    A client sends a call with a fairness key to one of its key's queues, in turn
+    (:meth:`queue_for`), after adding their names to the queue's set, which the
+    workers read to consume them (:mod:`toolexec.worker.amqp_lanes`). Weights are
+    read from ``toolexec fairness set``'s hash in the same Redis. What a client
+    learnt is kept for :data:`AMQP_LANES_REFRESH_S`: a keyed call costs no Redis
+    round trip in between, and a call without a key never comes here.
+    """
+
+    def __init__(self, client: redis.Redis, keys: Keys, clock: Clock) -> None:
+        self.client = client
+        self.keys = keys
+        self.clock = clock
+        self._weights = BrokerKeys(keys.prefix).fair_weights()
+        self._known: dict[tuple[str, str], tuple[float, int]] = {}
+        #: Each key's own turn: with one count for all, keys sent side by side would
+        #: fill some of a key's queues more than others, and an emptied queue is a share lost.
+        self._turns: dict[tuple[str, str], itertools.count[int]] = {}
+
+    def queue_for(self, queue: str, key: str) -> str:
+        """The queue the next call of ``key`` to ``queue`` goes to (its name registered)."""
+        now = self.clock.now()
+        known = self._known.get((queue, key))
+        if known is None and len(self._known) >= _KNOWN_KEYS:  # a process of many tenants
+            self._known.clear()
+            self._turns.clear()
+        if known is None or known[0] <= now:
+            known = (now + AMQP_LANES_REFRESH_S, self._register(queue, key))
+            self._known[(queue, key)] = known
+        turn = self._turns.setdefault((queue, key), itertools.count())
+        return amqp_lane_queue(queue, key, next(turn) % known[1])
+
+    def _register(self, queue: str, key: str) -> int:
+        raw = self.client.hget(self._weights, key)
+        try:
+            shares = amqp_shares(float(raw)) if raw is not None else 1
+        except (UsageError, ValueError):  # not written by `fairness set`: weight 1
+            shares = 1
+        names = [amqp_lane_queue(queue, key, i) for i in range(shares)]
+        self.client.sadd(self.keys.amqp_lanes(queue), *names)
+        return shares
+
+    def names(self, queue: str) -> set[str]:
+        """Every per-key queue of ``queue`` a client has registered."""
+        return {_text(n) for n in self.client.smembers(self.keys.amqp_lanes(queue))}
+
+    def count(self, queue: str) -> int:
+        return int(self.client.scard(self.keys.amqp_lanes(queue)))

@@ -101,6 +101,7 @@ def create_app(
     # or toolexec's worker side (tests/unit/test_import_boundaries.py).
     celery_app.steps["consumer"].add("toolexec.worker.consumer:LivenessBeat")
     celery_app.steps["consumer"].add("toolexec.worker.consumer:OrphanWatchStep")
+    celery_app.steps["consumer"].add("toolexec.worker.amqp_lanes:AmqpLanesStep")
     if settings is not None:
         celery_app.conf.update(celery_config(settings))
         celery_app.conf.toolexec_settings = settings

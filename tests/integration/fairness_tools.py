@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
@@ -22,3 +23,28 @@ def nap(ms: int, tag: str = "") -> str:
 def capped_nap(ms: int) -> None:
     """Sleeps ``ms`` milliseconds; at most two run at once across the fleet."""
     time.sleep(ms / 1000)
+
+
+@tool(timeout=30, max_attempts=1, queue=QUEUE)
+def stamp(ms: int) -> float:
+    """Says when it started (the worker's clock), then sleeps ``ms`` milliseconds."""
+    started = time.time()
+    time.sleep(ms / 1000)
+    return started
+
+
+@tool(timeout=90, max_attempts=1, queue=QUEUE)
+def hold(flag: str) -> None:
+    """Holds its slot until the file ``flag`` exists (at most 60 s): a test's gate.
+
+    Says it started with a file ``<flag>.held.<n>`` beside it.
+    """
+    for n in itertools.count():
+        try:
+            with open(f"{flag}.held.{n}", "x"):
+                break
+        except FileExistsError:
+            continue
+    end = time.monotonic() + 60
+    while not os.path.exists(flag) and time.monotonic() < end:
+        time.sleep(0.02)

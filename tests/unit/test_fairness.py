@@ -9,7 +9,9 @@ from toolexec.fairness import (
     LANE_HEADER,
     NO_LANE,
     Lane,
+    amqp_lane_queue,
     amqp_priority,
+    amqp_shares,
     checked_cap,
     checked_fairness_key,
     checked_priority,
@@ -20,6 +22,7 @@ from toolexec.fairness import (
     with_lane,
 )
 from toolexec.transport.lanes import PROBE_S, LaneState, use_script, wait_s
+from toolexec.worker.amqp_lanes import to_consume
 
 
 @pytest.mark.parametrize("key", ["tenant-a", "user:42", "a.b_c@d", "x" * 64])
@@ -139,3 +142,52 @@ def test_a_lanes_view_sums_priorities_and_keeps_the_top_keys_only() -> None:
     raw = json.dumps({"body": body.decode(), "properties": {"body_encoding": "base64"}})
     assert submitted_at(raw.encode()) == 42.5
     assert submitted_at(b"not json") is None and submitted_at(None) is None
+
+
+def test_on_rabbitmq_a_weight_is_a_whole_number_of_queues_from_1_to_16() -> None:
+    assert [amqp_shares(w) for w in (0.001, 0.6, 1, 2.4, 4, 16, 1000)] == [1, 1, 1, 2, 4, 16, 16]
+    with pytest.raises(UsageError):
+        amqp_shares(float("nan"))
+    assert amqp_lane_queue("tools", "tenant-42", 3) == "tools.fair.tenant-42.3"
+
+
+def test_a_worker_asks_for_registered_queues_it_does_not_consume_and_not_twice_at_once() -> None:
+    registered = {"q.fair.a.0", "q.fair.a.1", "q.fair.b.0"}
+    asked: dict[str, float] = {}
+    assert to_consume(registered, {"q", "q.fair.b.0"}, asked, now=100.0) == [
+        "q.fair.a.0",
+        "q.fair.a.1",
+    ]
+    asked.update({"q.fair.a.0": 100.0, "q.fair.a.1": 100.0})
+    assert to_consume(registered, {"q"}, asked, now=101.0) == ["q.fair.b.0"]
+    assert to_consume(registered, {"q"}, asked, now=102.5) == [
+        "q.fair.a.0",
+        "q.fair.a.1",
+        "q.fair.b.0",
+    ]
+
+
+def test_fairness_set_on_rabbitmq_says_what_it_can_do_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from click.testing import CliRunner
+
+    from toolexec.ops.fairness_cli import fairness
+
+    monkeypatch.setenv("TOOLEXEC_BROKER_URL", "amqp://guest:guest@127.0.0.1:1//")
+    monkeypatch.delenv("TOOLEXEC_RABBITMQ_FAIRNESS", raising=False)
+    off = CliRunner().invoke(fairness, ["set", "tenant-1", "2"])
+    assert off.exit_code != 0 and "TOOLEXEC_RABBITMQ_FAIRNESS=true" in off.output
+    monkeypatch.setenv("TOOLEXEC_RABBITMQ_FAIRNESS", "true")
+    capped = CliRunner().invoke(fairness, ["set", "tenant-1", "--max-in-flight", "3"])
+    assert capped.exit_code != 0 and "max_in_flight is not enforced" in capped.output
+
+
+def test_a_workers_liveness_names_its_tools_queues_not_its_fairness_keys_queues() -> None:
+    from types import SimpleNamespace
+
+    from toolexec.tasks.catalog_publisher import _queues_of
+
+    queues = [SimpleNamespace(name=n) for n in ("tools", "tools.fair.t-1.0", "http")]
+    consumer = SimpleNamespace(task_consumer=SimpleNamespace(queues=queues))
+    assert _queues_of(consumer) == ["http", "tools"]

@@ -439,3 +439,18 @@ def test_the_run_state_keeps_hashes_of_arguments_never_their_values() -> None:
 
     assert run.state is not None
     assert "canary-s3cret" not in run.state.model_dump_json()
+
+
+def test_a_run_keeps_the_first_fairness_key_a_round_names_and_its_plans_carry_it() -> None:
+    """The run is one tenant's: later rounds that name no key, or another, keep the first."""
+    calls = [("search", {"q": "a"})]
+    state, plan = plan_round(None, calls, run_id="r", budget=None, now=0.0)
+    assert state.fairness_key is None and plan.fairness_key is None
+    state, plan = plan_round(state, calls, run_id="r", budget=None, now=1.0, fairness_key="t-1")
+    assert state.fairness_key == "t-1" and plan.fairness_key == "t-1"
+    state, plan = plan_round(state, calls, run_id="r", budget=None, now=2.0)
+    assert plan.fairness_key == "t-1"
+    state, plan = plan_round(state, calls, run_id="r", budget=None, now=3.0, fairness_key="t-2")
+    assert plan.fairness_key == "t-1"
+    restored = type(state).model_validate_json(state.model_dump_json())
+    assert restored.fairness_key == "t-1"
