@@ -155,6 +155,8 @@ class Executor:
         self.resolve_arguments = resolve_arguments
         # the bytes a tool's result may take: a returned stream is read only that far
         self.result_limit = result_limit
+        # each tool's body wrapped to that limit, made once per tool rather than per call
+        self._bounded: dict[Callable[..., Any], tuple[int, Callable[..., Any]]] = {}
 
     def attempt(
         self,
@@ -282,9 +284,7 @@ class Executor:
     def _body(self, spec: ToolSpec, kwargs: dict[str, Any], limit: float) -> Outcome:
         """Run the tool itself and classify whatever it raised or returned."""
         start = self.clock.now()
-        func = spec.func
-        if self.result_limit is not None:
-            func = bounded_body(func, self.result_limit(spec))
+        func = self._body_of(spec)
         try:
             data = _jsonable(self.runner.run(func, kwargs, limit), start)
         except ToolTimeoutError as exc:
@@ -295,6 +295,16 @@ class Executor:
                 duration_s=self.clock.now() - start,
             )
         return Outcome(data=data, duration_s=self.clock.now() - start)
+
+    def _body_of(self, spec: ToolSpec) -> Callable[..., Any]:
+        """``spec``'s function bounded to its result limit (kept while the limit holds)."""
+        if self.result_limit is None:
+            return spec.func
+        most = self.result_limit(spec)
+        kept = self._bounded.get(spec.func)
+        if kept is None or kept[0] != most:
+            kept = self._bounded[spec.func] = (most, bounded_body(spec.func, most))
+        return kept[1]
 
     def _after_failure(
         self,
