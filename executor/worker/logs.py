@@ -138,19 +138,19 @@ class AnsweredElsewhere(logging.Filter):
     thread that then returns from the task; Celery's own success line right
     after it says the same with fewer facts, and each line is a record, a scrub
     and a write on every call. Only the line of the task whose outcome this
-    thread logged last is dropped: a retry, a failure, a fallback step, a
-    call handed on and any other task keep Celery's lines.
+    thread logged last is dropped, and only as the next line of Celery's trace
+    on that thread: a retry, a failure, a fallback step, a call handed on and
+    any other task keep Celery's lines.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         task_id = getattr(_logged, "task_id", None)
         if task_id is None:
             return True
+        _logged.task_id = None  # a note stands for this thread's next trace line only
         args = record.args
-        if record.msg is LOG_SUCCESS and isinstance(args, dict) and args.get("id") == task_id:
-            _logged.task_id = None
-            return False
-        return True
+        ours = isinstance(args, dict) and args.get("id") == task_id
+        return not (record.msg is LOG_SUCCESS and ours)
 
 
 def drop_duplicate_success_lines() -> None:

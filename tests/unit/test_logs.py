@@ -100,12 +100,14 @@ def test_celerys_success_line_is_dropped_only_for_the_call_this_thread_just_logg
     drop = AnsweredElsewhere()
     assert drop.filter(_celery_success("c1"))  # nothing logged yet: Celery's line stays
     logged_outcome("c1")
-    assert drop.filter(_celery_success("c2"))  # another task's line stays
     assert not drop.filter(_celery_success("c1"))  # the line repeating toolexec's goes
     assert drop.filter(_celery_success("c1"))  # once: a second line of the same id stays
-    logged_outcome("c3")
+    logged_outcome("c2")
+    assert drop.filter(_celery_success("c3"))  # another task's line stays...
+    assert drop.filter(_celery_success("c2"))  # ...and the note was for that next line only
+    logged_outcome("c4")
     seen: list[bool] = []
-    other = threading.Thread(target=lambda: seen.append(drop.filter(_celery_success("c3"))))
+    other = threading.Thread(target=lambda: seen.append(drop.filter(_celery_success("c4"))))
     other.start()
     other.join()
     assert seen == [True]  # noted on this thread only
@@ -115,8 +117,7 @@ def test_celerys_success_line_is_dropped_only_for_the_call_this_thread_just_logg
         __file__,
         1,
         "Task %(name)s[%(id)s] retry",
-        ({"id": "c3", "name": "t"},),
+        ({"id": "c4", "name": "t"},),
         None,
     )
     assert drop.filter(retry)  # not the success line: kept
-    assert not drop.filter(_celery_success("c3"))
