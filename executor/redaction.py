@@ -28,6 +28,7 @@ The tool still receives the real value: only the text shown is redacted.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -101,8 +102,13 @@ _ABOUT_WORDS = frozenset(
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")
 
 
+@functools.lru_cache(maxsize=4096)
 def is_credential_name(name: str) -> bool:
-    """Whether a key, header or parameter name looks like it holds a credential."""
+    """Whether a key, header or parameter name looks like it holds a credential.
+
+    Kept per name: every log line the worker writes is scrubbed, and its names
+    (``tool=``, ``status=``, ``attempts=``) are the same on every call.
+    """
     words = [w.lower() for w in _WORD.findall(name)]
     if not words or words[-1] in _ABOUT_WORDS:
         return False

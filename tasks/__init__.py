@@ -25,7 +25,7 @@ from toolexec.tasks.message_guard import MessageGuard
 from toolexec.tasks.runtime import WorkerRuntime, runtime_of, stop_runtime
 from toolexec.tasks.tool_task import ToolFailed, ToolTask, register_tool_task
 from toolexec.worker.app import app
-from toolexec.worker.logs import scrub_handlers
+from toolexec.worker.logs import drop_duplicate_success_lines, scrub_handlers
 
 __all__ = [
     "ToolFailed",
@@ -52,6 +52,8 @@ signals.worker_process_shutdown.connect(lambda **_: stop_runtime(app), weak=Fals
 # worker` too (`toolexec worker` installs the same in toolexec.worker.logs.install)
 signals.after_setup_logger.connect(scrub_handlers, weak=False)
 signals.after_setup_task_logger.connect(scrub_handlers, weak=False)
+# one line per answered call: toolexec's, not Celery's "succeeded" line repeating it
+drop_duplicate_success_lines()
 # hands calls of a worker that died on to live ones (toolexec.idempotency)
 signals.worker_ready.connect(lease_sweeper.on_worker_ready, weak=False)
 # a second Ctrl-C or a SIGQUIT stops a threads/solo/green worker at once, handing its calls

@@ -66,7 +66,7 @@ from toolexec.stores.stats import CallStats
 from toolexec.stores.tally import Tally
 from toolexec.tracing import TracingLayer
 from toolexec.worker.app import settings_of
-from toolexec.worker.logs import call_fields
+from toolexec.worker.logs import call_fields, logged_outcome
 
 __all__ = [
     "WorkerRuntime",
@@ -264,6 +264,7 @@ class WorkerRuntime:
                 through_blips(lambda: _push(self.redis, queue), _delivery_window(ctx, now))
             for _, _, sent in answers:
                 _log_outcome(sent)
+            logged_outcome(ctx.call_id)  # Celery's success line would repeat it (worker.logs)
         finally:  # the answer went first; what else the blip cut off follows
             self.settle_held(ctx, batch)
 

@@ -114,9 +114,14 @@ def broker_app(settings: Settings) -> Celery:
     worker's own parts (its consumer, its transport) are named there by
     string and load only in a worker.
     """
+    from toolexec.client.sending import sending_transport
     from toolexec.worker.app import create_app
 
-    return create_app(settings, sending_only=True)
+    app = create_app(settings, sending_only=True)
+    chosen = sending_transport(str(app.conf.broker_url or ""))
+    if chosen is not None:  # one redis-py client per pool, not one per command
+        app.conf.broker_transport = chosen
+    return app
 
 
 def _send(app: Celery, producer: object, window: _Todo) -> None:

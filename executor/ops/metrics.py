@@ -153,11 +153,25 @@ class Metrics:
         )
         self._starts: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def _of(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, kept per label values.
+
+        prometheus_client's ``labels()`` checks the values and takes the metric's
+        lock on each call, six times a call here; the child it returns is the
+        same object every time (these metrics never remove one), so it is kept.
+        """
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     # -- observer hooks (see toolexec.pipeline.observe) ------------------------------
 
     def started(self, tool: str, call_id: str, attempt: int, lease_until: float) -> None:
-        self.in_flight.labels(tool).inc()
+        self._of(self.in_flight, tool).inc()
         with self._lock:
             if len(self._starts) >= _MAX_TRACKED:
                 self._starts.clear()
@@ -172,11 +186,11 @@ class Metrics:
         self, tool: str, call_id: str, attempt: int, error_type: str | None, elapsed_s: float
     ) -> None:
         self._ended(tool, call_id, attempt, counted=True)
-        self.calls.labels(tool, error_type or "ok").inc()
+        self._of(self.calls, tool, error_type or "ok").inc()
         if error_type == "retry_budget_exhausted":
             self.budget_refused.labels(tool).inc()
         # OpenMetrics exemplar: from a slow bucket straight to the trace of a slow call
-        self.call_seconds.labels(tool).observe(elapsed_s, exemplar=trace_exemplar())
+        self._of(self.call_seconds, tool).observe(elapsed_s, exemplar=trace_exemplar())
 
     def withdrawn(self, tool: str, call_id: str, attempt: int) -> None:
         self._ended(tool, call_id, attempt, counted=False)
@@ -185,11 +199,11 @@ class Metrics:
         with self._lock:
             start = self._starts.pop((call_id, attempt), None)
         if start is not None:  # a start this process saw: the gauge went up here
-            self.in_flight.labels(tool).dec()
+            self._of(self.in_flight, tool).dec()
         if counted:
-            self.attempts.labels(tool).inc()
+            self._of(self.attempts, tool).inc()
             if start is not None:
-                self.attempt_seconds.labels(tool).observe(time.monotonic() - start)
+                self._of(self.attempt_seconds, tool).observe(time.monotonic() - start)
 
     def on_transition(self, transition: Transition) -> None:
         """A breaker listener (:meth:`CircuitBreaker.add_listener`)."""

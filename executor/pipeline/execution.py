@@ -145,10 +145,18 @@ class Executor:
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self.layers = tuple(layers)
+        # per hook, the layers that have one of their own (the rest would only pass on)
+        self._admitting = _overriding(self.layers, "admit")
+        self._around = _overriding(self.layers, "around")
+        self._gating = _overriding(self.layers, "allow_retry")
+        self._settling = tuple(reversed(_overriding(self.layers, "settle")))
+        self._recording = tuple(reversed(_overriding(self.layers, "record")))
         # puts back arguments the client stored outside the message (toolexec.payloads)
         self.resolve_arguments = resolve_arguments
         # the bytes a tool's result may take: a returned stream is read only that far
         self.result_limit = result_limit
+        # each tool's body wrapped to that limit, made once per tool rather than per call
+        self._bounded: dict[Callable[..., Any], tuple[int, Callable[..., Any]]] = {}
 
     def attempt(
         self,
@@ -212,11 +220,11 @@ class Executor:
             )
             return Final(error_result(ctx, error_info(invalid), attempts=attempt - 1, now=now))
         current = self._start(spec, arguments, ctx, attempt, now)
-        for layer in self.layers:
+        for layer in self._admitting:
             layer.admit(current, admission)
         admission.execute()
         verdict = self._run(current, arguments)
-        for layer in reversed(self.layers):
+        for layer in self._recording:
             layer.record(current, verdict[1], verdict[0], settlement)
         return verdict[0]
 
@@ -230,7 +238,7 @@ class Executor:
     def _run(self, current: Attempt, arguments: pydantic.BaseModel) -> tuple[Verdict, Outcome]:
         spec, limit = current.spec, current.limit
         kwargs = {name: getattr(arguments, name) for name in type(arguments).model_fields}
-        outcome = compose(self.layers, current, lambda: self._body(spec, kwargs, limit))
+        outcome = compose(self._around, current, lambda: self._body(spec, kwargs, limit))
         return self._settle(current, outcome, self._verdict(current, outcome)), outcome
 
     def _verdict(self, current: Attempt, outcome: Outcome) -> Verdict:
@@ -269,16 +277,14 @@ class Executor:
 
     def _settle(self, attempt: Attempt, outcome: Outcome, verdict: Verdict) -> Verdict:
         """Show the verdict to every layer's ``settle`` hook, innermost first."""
-        for layer in reversed(self.layers):
+        for layer in self._settling:
             verdict = layer.settle(attempt, outcome, verdict)
         return verdict
 
     def _body(self, spec: ToolSpec, kwargs: dict[str, Any], limit: float) -> Outcome:
         """Run the tool itself and classify whatever it raised or returned."""
         start = self.clock.now()
-        func = spec.func
-        if self.result_limit is not None:
-            func = bounded_body(func, self.result_limit(spec))
+        func = self._body_of(spec)
         try:
             data = _jsonable(self.runner.run(func, kwargs, limit), start)
         except ToolTimeoutError as exc:
@@ -289,6 +295,16 @@ class Executor:
                 duration_s=self.clock.now() - start,
             )
         return Outcome(data=data, duration_s=self.clock.now() - start)
+
+    def _body_of(self, spec: ToolSpec) -> Callable[..., Any]:
+        """``spec``'s function bounded to its result limit (kept while the limit holds)."""
+        if self.result_limit is None:
+            return spec.func
+        most = self.result_limit(spec)
+        kept = self._bounded.get(spec.func)
+        if kept is None or kept[0] != most:
+            kept = self._bounded[spec.func] = (most, bounded_body(spec.func, most))
+        return kept[1]
 
     def _after_failure(
         self,
@@ -371,11 +387,21 @@ class Executor:
         """
         if current is None:
             return None
-        for layer in self.layers:
+        for layer in self._gating:
             refusal = layer.allow_retry(current, failure)
             if refusal is not None:
                 return refusal
         return None
+
+
+def _overriding(layers: Sequence[Layer], hook: str) -> tuple[Layer, ...]:
+    """The layers, in order, whose class has its own ``hook`` (not :class:`Layer`'s no-op).
+
+    Every hook of every layer ran on every attempt; most layers override one or
+    two of the five, and a call through the rest is a frame that only passes on.
+    """
+    default = getattr(Layer, hook)
+    return tuple(layer for layer in layers if getattr(type(layer), hook) is not default)
 
 
 #: Refusals of toolexec's own defences that a call may wait out (``toolexec.waits``).

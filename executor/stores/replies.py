@@ -148,15 +148,32 @@ class ReplyBox:
                 return
 
     def _read(self, client: redis.Redis, left: float) -> None:
-        head = client.execute_command(*self._wait_args(left))  # type: ignore[no-untyped-call]
-        if head is None:
+        if len(self.pending) == 1:  # one call's list: its answer alone, in one round trip
+            head = client.execute_command(*self._wait_args(left))  # type: ignore[no-untyped-call]
+            if head is not None:
+                self._take(head)
             return
-        self._take(head)
-        if self.pending:  # a shared list: read what else is there, then trim what was read
-            waiting: list[str] = client.lrange(self.key, 0, _PAGE - 1)  # type: ignore[assignment]
-            for raw in waiting:
-                self._take(raw)
+        # a shared list: the wait and the read of what is there go in one round trip
+        # (the wait's rotation leaves the list as it was), then what was read is trimmed
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(*self._wait_args(left))  # type: ignore[no-untyped-call]
+        pipe.lrange(self.key, 0, _PAGE - 1)
+        head, waiting = pipe.execute()
+        if self._took(head, waiting):
             client.ltrim(self.key, len(waiting), -1)
+
+    def _took(self, head: str | bytes | None, waiting: list[str | bytes]) -> bool:
+        """Take a shared list's answers; whether what was read must be trimmed from it.
+
+        Answers are pushed on the right and the wait rotates the head back onto
+        the left, so ``waiting`` starts with ``head``: each answer is parsed once.
+        With every answer in, nothing is trimmed: the list is dropped whole.
+        """
+        for raw in waiting:
+            self._take(raw)
+        if head is not None and not waiting:  # the list was emptied meanwhile by no one
+            self._take(head)
+        return bool(waiting) and bool(self.pending)
 
     def _forget(self, client: redis.Redis) -> None:
         """Drop the list once every answer is in (else its TTL does, after the deadline)."""
@@ -185,14 +202,16 @@ class ReplyBox:
                 await client.unlink(self.key)
 
     async def _aread(self, client: redis.asyncio.Redis, left: float) -> None:
-        head = await client.execute_command(*self._wait_args(left))  # type: ignore[no-untyped-call]
-        if head is None:
+        if len(self.pending) == 1:  # as in _read
+            head = await client.execute_command(*self._wait_args(left))  # type: ignore[no-untyped-call]
+            if head is not None:
+                self._take(head)
             return
-        self._take(head)
-        if self.pending:
-            waiting: list[bytes | str] = await client.lrange(self.key, 0, _PAGE - 1)
-            for raw in waiting:
-                self._take(raw)
+        pipe = client.pipeline(transaction=False)
+        pipe.execute_command(*self._wait_args(left))
+        pipe.lrange(self.key, 0, _PAGE - 1)
+        head, waiting = await pipe.execute()
+        if self._took(head, waiting):
             await client.ltrim(self.key, len(waiting), -1)
 
     async def _adrain(self, client: redis.asyncio.Redis) -> None:

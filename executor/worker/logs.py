@@ -5,7 +5,9 @@ parsing rules, so each call's outcome line carries its call id, run id, tool,
 status, error type, attempts and elapsed time as fields: an operator can
 follow one agent run across workers with one query. ``toolexec worker``
 installs the formatter on the handlers Celery sets up, so Celery's own lines
-(received, succeeded, retry) become JSON too.
+(received, retry, failure) become JSON too; Celery's "succeeded" line of an
+answered call is left out (:class:`AnsweredElsewhere`), since the call's own
+line says the same.
 
 A line logged while a span is current (an attempt, when ``OTEL_*`` turns
 tracing on) carries its ``trace_id`` and ``span_id``, so logs, metrics
@@ -23,22 +25,27 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
 from celery import signals
+from celery.app.trace import LOG_SUCCESS
 
 from toolexec.redaction import scrub_text
 from toolexec.results import ToolResult
 from toolexec.tracing import current_ids
 
 __all__ = [
+    "AnsweredElsewhere",
     "JsonFormatter",
     "NoMessageBodies",
     "Scrubbed",
     "call_fields",
+    "drop_duplicate_success_lines",
     "escape_controls",
     "install",
+    "logged_outcome",
     "oneline",
     "scrub_handlers",
 ]
@@ -113,6 +120,44 @@ def call_fields(result: ToolResult) -> dict[str, Any]:
             "elapsed_ms": result.elapsed_ms,
         }
     }
+
+
+_logged = threading.local()
+
+
+def logged_outcome(task_id: str) -> None:
+    """This thread just logged the outcome of task ``task_id``'s call (its one line)."""
+    _logged.task_id = task_id
+
+
+class AnsweredElsewhere(logging.Filter):
+    """Drops Celery's "Task ... succeeded" line of an attempt whose call's line is logged.
+
+    On Celery's ``celery.app.trace`` logger. toolexec logs each answered call in
+    one line with its fields (status, attempts, elapsed time, run id), on the
+    thread that then returns from the task; Celery's own success line right
+    after it says the same with fewer facts, and each line is a record, a scrub
+    and a write on every call. Only the line of the task whose outcome this
+    thread logged last is dropped, and only as the next line of Celery's trace
+    on that thread: a retry, a failure, a fallback step, a call handed on and
+    any other task keep Celery's lines.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        task_id = getattr(_logged, "task_id", None)
+        if task_id is None:
+            return True
+        _logged.task_id = None  # a note stands for this thread's next trace line only
+        args = record.args
+        ours = isinstance(args, dict) and args.get("id") == task_id
+        return not (record.msg is LOG_SUCCESS and ours)
+
+
+def drop_duplicate_success_lines() -> None:
+    """Put :class:`AnsweredElsewhere` on Celery's task-trace logger, once."""
+    trace = logging.getLogger("celery.app.trace")
+    if not any(isinstance(f, AnsweredElsewhere) for f in trace.filters):
+        trace.addFilter(AnsweredElsewhere())
 
 
 class JsonFormatter(logging.Formatter):

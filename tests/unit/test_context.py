@@ -47,3 +47,25 @@ def test_attempts_and_backoffs_accumulate_without_touching_the_original() -> Non
     assert (later.run_s, later.backoff_s, later.previous_delay) == (0.75, 6.0, 4.0)
     assert (first.run_s, first.backoff_s, first.previous_delay) == (0.0, 0.0, None)
     assert later.deadline == first.deadline and later.call_id == first.call_id
+
+
+def test_to_json_is_what_asdict_gave_and_shares_nothing_mutable() -> None:
+    """The message is the same as before the fields were read one by one."""
+    from dataclasses import asdict, replace
+
+    from toolexec.context import Joined
+
+    waiter = replace(_ctx(), call_id="c-2", reply_to="toolexec:reply:c-2")
+    ctx = replace(
+        _ctx().before_retry(0.5, {"type": "unavailable", "message": "503"}),
+        fairness_key="tenant-a",
+        priority=2,
+        idempotency_key="k",
+        budget_for=3,
+    ).joining([waiter])
+    raw = ctx.to_json()
+    expected = asdict(ctx) | {"fallback": None, "joined": [asdict(Joined.of(waiter))]}
+    assert json.dumps(raw, sort_keys=True) == json.dumps(expected, sort_keys=True)
+    assert list(raw) == list(expected)  # the same order of fields, too
+    raw["last_error"]["message"] = "changed"
+    assert ctx.last_error == {"type": "unavailable", "message": "503"}

@@ -81,3 +81,43 @@ def test_celerys_debug_line_about_a_message_never_carries_its_body() -> None:
 
     assert "s3cret" not in record.getMessage()
     assert record.getMessage().startswith("TaskPool: Apply <fn> (message not logged")
+
+
+def _celery_success(task_id: str) -> logging.LogRecord:
+    from celery.app.trace import LOG_SUCCESS
+
+    context = {"id": task_id, "name": "tools.fetch", "return_value": "'ok'", "runtime": 0.1}
+    return logging.LogRecord(
+        "celery.app.trace", logging.INFO, __file__, 1, LOG_SUCCESS, (context,), None
+    )
+
+
+def test_celerys_success_line_is_dropped_only_for_the_call_this_thread_just_logged() -> None:
+    import threading
+
+    from toolexec.worker.logs import AnsweredElsewhere, logged_outcome
+
+    drop = AnsweredElsewhere()
+    assert drop.filter(_celery_success("c1"))  # nothing logged yet: Celery's line stays
+    logged_outcome("c1")
+    assert not drop.filter(_celery_success("c1"))  # the line repeating toolexec's goes
+    assert drop.filter(_celery_success("c1"))  # once: a second line of the same id stays
+    logged_outcome("c2")
+    assert drop.filter(_celery_success("c3"))  # another task's line stays...
+    assert drop.filter(_celery_success("c2"))  # ...and the note was for that next line only
+    logged_outcome("c4")
+    seen: list[bool] = []
+    other = threading.Thread(target=lambda: seen.append(drop.filter(_celery_success("c4"))))
+    other.start()
+    other.join()
+    assert seen == [True]  # noted on this thread only
+    retry = logging.LogRecord(
+        "celery.app.trace",
+        logging.INFO,
+        __file__,
+        1,
+        "Task %(name)s[%(id)s] retry",
+        ({"id": "c4", "name": "t"},),
+        None,
+    )
+    assert drop.filter(retry)  # not the success line: kept
