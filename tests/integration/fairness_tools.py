@@ -34,7 +34,7 @@ def stamp(ms: int) -> float:
 
 
 @tool(timeout=90, max_attempts=1, queue=QUEUE)
-def hold(flag: str) -> None:
+def gated_hold(flag: str) -> None:
     """Holds its slot until the file ``flag`` exists (at most 60 s): a test's gate.
 
     Says it started with a file ``<flag>.held.<n>`` beside it.

@@ -163,7 +163,7 @@ def test_weights_give_shares_on_rabbitmq(fleet: Fleet, tmp_path: Path) -> None:
     per_unit = int(os.environ.get("TOOLEXEC_TEST_FAIR_UNIT", "80"))  # calls per unit of weight
     held: list[ToolResult] = []
     gate = tmp_path / "open"
-    holder = _send(fleet.client, [("hold", {"flag": str(gate)})] * 8, held)
+    holder = _send(fleet.client, [("gated_hold", {"flag": str(gate)})] * 8, held)
     started = lambda: len(list(tmp_path.glob("open.held.*")))  # noqa: E731
     assert wait_until(lambda: started() == 8, 30), f"{started()} of 8 slots held"
     sent_at = time.monotonic()
@@ -208,7 +208,8 @@ def test_a_killed_workers_keyed_calls_come_back_and_a_new_worker_consumes_their_
     key = f"k-{uuid.uuid4().hex[:6]}"
     gate = tmp_path / "open"
     results: list[ToolResult] = []
-    sender = _send(fleet.client, [("hold", {"flag": str(gate)})] * 16, results, fairness_key=key)
+    calls = [("gated_hold", {"flag": str(gate)})] * 16
+    sender = _send(fleet.client, calls, results, fairness_key=key)
     started = lambda: len(list(tmp_path.glob("open.held.*")))  # noqa: E731
     assert wait_until(lambda: started() >= 8, 30), f"{started()} of 8 slots held"
     assert wait_until(lambda: _ready([amqp_lane_queue(fleet.queue, key, 0)]) == 8, 10)
