@@ -28,6 +28,7 @@ run (a warning is logged), rather than bounce between the queue and the workers.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,6 +51,7 @@ __all__ = [
     "lane_key",
     "lease_s",
     "member_of",
+    "noted",
     "resumable",
 ]
 
@@ -57,9 +59,10 @@ log = logging.getLogger("toolexec.worker")
 
 _SOURCE = script_source("amqp_cap_take", prelude=False)
 
-#: Task id -> its capped key (or "" for an uncapped one), for calls this process admitted.
-_held: dict[str, str] = {}
-_held_lock = threading.Lock()
+#: Every key this process's lanes step saw with a cap, and that process's id.
+_caps_seen: set[str] = set()
+_caps_pid = 0
+_caps_lock = threading.Lock()
 
 
 def lane_key(queue: Any) -> str | None:
@@ -164,23 +167,27 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def held(task_id: str, key: str) -> None:
-    """Note that this process admitted ``task_id`` (``key`` "" when its key has no cap)."""
-    with _held_lock:
-        _held[task_id] = key
+def noted(caps: dict[str, int], pid: int) -> None:
+    """The lanes step of process ``pid`` read ``caps``: remember every key seen capped."""
+    global _caps_pid
+    with _caps_lock:
+        _caps_seen.update(caps)
+        _caps_pid = pid
 
 
-def freed(task_id: str, queue: Any) -> str | None:
-    """The key whose place ``task_id`` frees when it ends, if any.
+def freed(queue: Any, pid: int) -> str | None:
+    """The key whose place a call of ``queue`` frees when it ends, if any.
 
-    A call admitted by this process frees what it took; one this process did not
-    admit (a prefork child runs what its parent admitted) frees by its queue's key,
-    a no-op for a key without a cap.
+    In the process whose lanes step reads the caps (the threads pool, the
+    default), only a key ever seen capped there; in any other (a prefork child
+    runs what its parent admitted) every per-key queue's key: a ``ZREM`` that
+    finds nothing for a key without a cap.
     """
-    with _held_lock:
-        if task_id in _held:
-            return _held.pop(task_id) or None
-    return lane_key(queue)
+    key = lane_key(queue)
+    with _caps_lock:
+        if key is None or (pid == _caps_pid and key not in _caps_seen):
+            return None
+    return key
 
 
 _taker_lock = threading.Lock()
@@ -217,7 +224,6 @@ def admit(consumer: Any, message: Any, now: float) -> bool:
         return True
     cap = gate_of(consumer).cap_of(key)
     if cap is None:
-        held(member, "")
         return True
     try:
         taken = taker_for(consumer.app).take(key, member, cap, now, _lease(consumer, headers, now))
@@ -225,7 +231,6 @@ def admit(consumer: Any, message: Any, now: float) -> bool:
         log.warning("max_in_flight of %s not checked: Redis failed (%s); the call runs", key, exc)
         return True
     if taken:
-        held(member, key)
         return True
     gate_of(consumer).pause(key)
     for queue in list(consumer.task_consumer.queues):
@@ -250,7 +255,7 @@ def _on_postrun(sender: Any = None, task_id: Any = None, **_: Any) -> None:
     if member is None or sender is None:
         return
     info = getattr(request, "delivery_info", None) or {}
-    key = freed(member, info.get("routing_key") if isinstance(info, dict) else None)
+    key = freed(info.get("routing_key") if isinstance(info, dict) else None, os.getpid())
     if key is None:
         return
     try:

@@ -24,6 +24,7 @@ than the cap run (:mod:`toolexec.worker.amqp_caps`).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -31,7 +32,7 @@ from celery import bootsteps
 
 from toolexec.fairness import AMQP_LANE_MARK
 from toolexec.stores.failopen import REDIS_ERRORS
-from toolexec.worker.amqp_caps import CapGate, CapTaker, gate_of, lane_key, resumable
+from toolexec.worker.amqp_caps import CapGate, CapTaker, gate_of, lane_key, noted, resumable
 
 __all__ = ["POLL_S", "AmqpLanesStep", "to_consume"]
 
@@ -63,6 +64,7 @@ def _resume(caps: CapTaker, gate: CapGate, asked: dict[str, float], now: float) 
     Returns the keys still paused, whose queues are not to be consumed yet.
     """
     gate.caps = caps.caps()
+    noted(gate.caps, os.getpid())
     paused = gate.paused_keys()
     free = {key for key in paused if resumable(caps.running(key, now), gate.cap_of(key))}
     if free:

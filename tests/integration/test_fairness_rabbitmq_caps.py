@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from kombu import Connection, Queue
 from rabbitmq_support import require_rabbitmq
+from rigs.chaos import wait_until
 
 from toolexec.client import ToolClient
 from toolexec.connection import redis_client
@@ -38,6 +39,7 @@ RABBITMQ_URL = require_rabbitmq()
 class Fleet:
     client: ToolClient
     store: FairnessStore
+    keys: Keys
 
 
 class _Wall:
@@ -79,7 +81,7 @@ def fleet(settings: Settings, worker_env: dict[str, str], tmp_path_factory: Any)
     store = FairnessStore(state, BrokerKeys(own.key_prefix))
     try:
         with ToolClient(own) as client:
-            yield Fleet(client, store)
+            yield Fleet(client, store, Keys(own.key_prefix))
     finally:
         for each in workers:
             each.stop()
@@ -139,6 +141,9 @@ def test_a_capped_key_never_runs_more_than_its_cap_across_the_fleet_and_others_r
     assert most == 2, "the cap was never used: the test proved nothing"
     # the other key is not held behind the capped one: it takes the other slots meanwhile
     assert most_free >= 3 and beside >= 6, (most_free, beside)
+    # each call freed its place when it ended (none left to lapse)
+    places = fleet.keys.amqp_inflight(capped)
+    assert wait_until(lambda: fleet.store.client.zcard(places) == 0, 10)
 
 
 def test_the_cap_lifts_when_cleared(fleet: Fleet) -> None:

@@ -264,3 +264,13 @@ def test_a_workers_liveness_names_its_tools_queues_not_its_fairness_keys_queues(
     queues = [SimpleNamespace(name=n) for n in ("tools", "tools.fair.t-1.0", "http")]
     consumer = SimpleNamespace(task_consumer=SimpleNamespace(queues=queues))
     assert _queues_of(consumer) == ["http", "tools"]
+
+
+def test_a_call_frees_a_place_only_for_a_capped_key_where_the_caps_are_known() -> None:
+    from toolexec.worker.amqp_caps import freed, noted
+
+    noted({"k": 2}, -1)  # the lanes step of "process -1" saw k capped
+    assert freed("q.fair.k.0", -1) == "k"
+    assert freed("q.fair.j.0", -1) is None  # never capped there: no round trip
+    assert freed("q.fair.j.0", -2) == "j"  # a prefork child does not know: frees anyway
+    assert freed("q", -2) is None
