@@ -40,6 +40,23 @@ class Fleet:
     client: ToolClient
     store: FairnessStore
     keys: Keys
+    workers: list[WorkerProcess]
+    env: dict[str, str]
+    log_dir: Path
+    queue: str
+
+    def replace_workers(self) -> None:
+        """SIGKILL every worker (as an OOM killer would) and start as many in their place."""
+        alive, self.workers[:] = list(self.workers), []
+        for worker in alive:
+            worker.kill()
+        for n in range(len(alive)):
+            log = self.log_dir / f"worker-r{n}-{uuid.uuid4().hex[:4]}.log"
+            worker = WorkerProcess(
+                "fairness_tools", self.env, queues=self.queue, concurrency=4, log_path=log
+            )
+            worker.start(self.client.settings.redis_url or "", self.client.settings.key_prefix)
+            self.workers.append(worker)
 
 
 class _Wall:
@@ -81,7 +98,7 @@ def fleet(settings: Settings, worker_env: dict[str, str], tmp_path_factory: Any)
     store = FairnessStore(state, BrokerKeys(own.key_prefix))
     try:
         with ToolClient(own) as client:
-            yield Fleet(client, store, Keys(own.key_prefix))
+            yield Fleet(client, store, Keys(own.key_prefix), workers, env, logs, queue)
     finally:
         for each in workers:
             each.stop()
@@ -163,3 +180,34 @@ def test_the_cap_lifts_when_cleared(fleet: Fleet) -> None:
         if most > 1 or time.monotonic() > deadline:
             break
     assert most >= 3, f"with its cap cleared the key still ran {most} at once"
+
+
+def test_a_killed_workers_places_are_taken_again_by_their_redelivered_calls(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Two calls of a key capped at 2 hold their slots and four wait; every worker is
+    SIGKILLed. RabbitMQ redelivers the two to the new workers, which take the same two
+    places again (same task id and attempt): the two run again at once, not held back
+    by their dead copies' places, and no third starts while they hold; then all six end."""
+    key = f"kill-{uuid.uuid4().hex[:6]}"
+    fleet.store.set(key, max_in_flight=2)
+    gate = tmp_path / "open"
+    results: list[ToolResult] = []
+    calls = [("hold", {"flag": str(gate)})] * 6
+    sender = threading.Thread(
+        target=lambda: results.extend(fleet.client.call_many(calls, fairness_key=key, timeout=150)),
+        daemon=True,
+    )
+    sender.start()
+    started = lambda: len(list(tmp_path.glob("open.held.*")))  # noqa: E731
+    assert wait_until(lambda: started() == 2, 30), f"{started()} of 2 started"
+    places = fleet.keys.amqp_inflight(key)
+    assert fleet.store.client.zcard(places) == 2
+
+    fleet.replace_workers()
+    assert wait_until(lambda: started() >= 4, 60), "the redelivered calls did not start again"
+    assert fleet.store.client.zcard(places) == 2, "a redelivered call took a second place"
+    assert not wait_until(lambda: started() > 4, 2), "a third call ran beside the cap's two"
+    gate.touch()
+    sender.join(timeout=150)
+    assert [r.status for r in results] == ["ok"] * 6, [r.error for r in results if not r.ok]
