@@ -308,6 +308,17 @@ class Keys:
         """
         return f"{self.prefix}:fair:amqp:{{{queue}}}"
 
+    def amqp_inflight(self, key: str) -> str:
+        """Sorted set: task ids of a capped fairness key's calls running on RabbitMQ workers.
+
+        Scored by when each entry lapses (taken + the task's time limit and any
+        eta wait): the end of the call removes it at once; one whose worker died
+        is taken again by the redelivered message (same id, counted once) or
+        lapses. TTL: the longest lease in it, renewed by every take, so the set
+        vanishes once the key is idle (``toolexec.worker.amqp_caps``).
+        """
+        return f"{self.prefix}:fair:amqp-inflight:{{{key}}}"
+
     def run(self, run_id: str) -> str:
         """String: one agent run's guard state as JSON (counts, history, ladder, verdicts).
 

@@ -46,6 +46,7 @@ from kombu.exceptions import ContentDisallowed, DecodeError
 from toolexec.connection import fail_fast_client, redis_url
 from toolexec.context import CallContext
 from toolexec.errors import ErrorType
+from toolexec.fairness import is_amqp
 from toolexec.keys import DEADLETTER_MAX, DEADLETTER_TTL_S, Keys
 from toolexec.pipeline.execution import error_result
 from toolexec.pipeline.poison import (
@@ -64,6 +65,7 @@ from toolexec.results import ErrorInfo
 from toolexec.stores.replies import deliver
 from toolexec.tasks.stale import StaleMessages
 from toolexec.transport import inbox
+from toolexec.worker import amqp_caps
 from toolexec.worker.app import settings_of
 from toolexec.worker.logs import oneline
 
@@ -99,6 +101,10 @@ class _Guard:
         self._stale = StaleMessages(consumer)
         self._horizon_s = settings.eta_horizon_s
         self._max_scheduled = settings.worker_max_scheduled
+        # a fairness key's max_in_flight on RabbitMQ is checked here, before Celery's handler
+        self._capping = settings.rabbitmq_fairness and is_amqp(str(consumer.app.conf.broker_url))
+        if self._capping:
+            amqp_caps.connect()
         inbox.set_refusal_sink(self.dead_letter_raw)
 
     def _client(self) -> redis.Redis:
@@ -120,6 +126,8 @@ class _Guard:
                 self.on_unknown(str(name), message)
                 return None
             if self._stale.dropped(message, _payload(message)) or self._refused_for_eta(message):
+                return None
+            if self._capping and not amqp_caps.admit(self._consumer, message, time.time()):
                 return None
             try:
                 return handler(message)

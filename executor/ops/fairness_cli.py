@@ -4,8 +4,9 @@ Attach with ``cli.add_command(fairness)``. Settings live on the Redis broker,
 beside the lanes whose script reads them (:mod:`toolexec.stores.fairness_store`); the
 next call taken uses them. On RabbitMQ with ``TOOLEXEC_RABBITMQ_FAIRNESS=true`` the
 weights live in toolexec's Redis, where clients read them to pick a key's number of
-queues; caps are not enforced there, so ``--max-in-flight`` is refused
-(docs/guides/fairness.md, "RabbitMQ").
+queues, and caps, which each worker reads to stop consuming a key's queues while
+that many of its calls run (:mod:`toolexec.worker.amqp_caps`;
+docs/guides/fairness.md, "RabbitMQ").
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from toolexec.stores.fairness_store import FairnessStore
 __all__ = ["fairness"]
 
 
-def _store(capping: bool = False) -> FairnessStore:
+def _store() -> FairnessStore:
     from toolexec.connection import redis_client, redis_url
     from toolexec.fairness import is_amqp
     from toolexec.keys import BrokerKeys
@@ -37,11 +38,6 @@ def _store(capping: bool = False) -> FairnessStore:
             "the broker is RabbitMQ without TOOLEXEC_RABBITMQ_FAIRNESS=true: calls are "
             "ordered by priority there, and fairness keys have no weights "
             "(docs/guides/fairness.md)"
-        )
-    if capping:
-        raise click.ClickException(
-            "the broker is RabbitMQ: a key's weight is its number of queues there, but "
-            "max_in_flight is not enforced (docs/guides/fairness.md, RabbitMQ)"
         )
     return FairnessStore(redis_client(redis_url(settings), socket_timeout=5.0), keys)
 
@@ -63,7 +59,7 @@ def set_(key: str, weight: str | None, max_in_flight: int | None) -> None:
         raise click.UsageError("give a WEIGHT, --max-in-flight, or both")
     with reported():
         try:
-            store = _store(capping=max_in_flight is not None)
+            store = _store()
             store.set(key, None if weight is None else float(weight), max_in_flight)
         except (UsageError, ValueError) as exc:
             raise click.BadParameter(str(exc)) from exc

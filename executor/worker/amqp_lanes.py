@@ -15,11 +15,16 @@ unacknowledged calls to the queue they came from. The share comes from the
 broker: when a slot frees, RabbitMQ offers it to the channel's backlogged
 queues in turn, a random one first, so each queue gets an equal share and a
 key with n queues gets n shares (docs/guides/fairness.md, "RabbitMQ").
+
+Each poll also reads the fairness keys' caps and consumes again the queues of a
+key the message guard stopped consuming at its ``max_in_flight``, once fewer
+than the cap run (:mod:`toolexec.worker.amqp_caps`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any
 
@@ -27,6 +32,7 @@ from celery import bootsteps
 
 from toolexec.fairness import AMQP_LANE_MARK
 from toolexec.stores.failopen import REDIS_ERRORS
+from toolexec.worker.amqp_caps import CapGate, CapTaker, gate_of, lane_key, noted, resumable
 
 __all__ = ["POLL_S", "AmqpLanesStep", "to_consume"]
 
@@ -50,6 +56,22 @@ def to_consume(
         for name in registered - consuming
         if now - asked.get(name, -ASK_AGAIN_S) >= ASK_AGAIN_S
     )
+
+
+def _resume(caps: CapTaker, gate: CapGate, asked: dict[str, float], now: float) -> set[str]:
+    """Read the caps; consume again each paused key with fewer than its cap running.
+
+    Returns the keys still paused, whose queues are not to be consumed yet.
+    """
+    gate.caps = caps.caps()
+    noted(gate.caps, os.getpid())
+    paused = gate.paused_keys()
+    free = {key for key in paused if resumable(caps.running(key, now), gate.cap_of(key))}
+    if free:
+        gate.resume(free)
+        for name in [n for n in asked if lane_key(n) in free]:
+            del asked[name]  # asked for at once, not after ASK_AGAIN_S
+    return paused - free
 
 
 class _Seen:
@@ -107,7 +129,7 @@ class AmqpLanesStep(bootsteps.StartStopStep):  # type: ignore[misc]
     def _run(self, parent: Any, bases: list[str]) -> None:
         from toolexec.clock import SystemClock
         from toolexec.connection import redis_client, redis_url
-        from toolexec.keys import Keys
+        from toolexec.keys import BrokerKeys, Keys
         from toolexec.stores.fairness_store import AmqpLanes
         from toolexec.worker.app import settings_of
 
@@ -115,13 +137,17 @@ class AmqpLanesStep(bootsteps.StartStopStep):  # type: ignore[misc]
         clock = SystemClock()
         lanes = AmqpLanes(redis_client(redis_url(settings)), Keys(settings.key_prefix), clock)
         seen = _Seen()
+        caps = CapTaker(lanes.client, lanes.keys, BrokerKeys(settings.key_prefix))
+        gate = gate_of(parent)
         while not self.stopping.wait(POLL_S):
             try:
                 registered = seen.registered(lanes, bases)
+                paused = _resume(caps, gate, seen.asked, clock.now())
             except REDIS_ERRORS as exc:
                 seen.failed(exc)
                 continue
-            seen.pending = self._ask(parent, registered, seen.asked, clock.now())
+            wanted = {name for name in registered if lane_key(name) not in paused}
+            seen.pending = self._ask(parent, wanted, seen.asked, clock.now())
 
     def _ask(self, parent: Any, registered: set[str], asked: dict[str, float], now: float) -> bool:
         """Ask for what is not consumed yet; whether anything registered still is not."""

@@ -48,3 +48,11 @@ def gated_hold(flag: str) -> None:
     end = time.monotonic() + 60
     while not os.path.exists(flag) and time.monotonic() < end:
         time.sleep(0.02)
+
+
+@tool(timeout=30, max_attempts=1, queue=QUEUE)
+def span(ms: int) -> list[float]:
+    """Sleeps ``ms`` milliseconds; says when it started and ended (the worker's clock)."""
+    started = time.time()
+    time.sleep(ms / 1000)
+    return [started, time.time()]

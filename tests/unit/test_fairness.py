@@ -168,19 +168,92 @@ def test_a_worker_asks_for_registered_queues_it_does_not_consume_and_not_twice_a
 
 
 def test_fairness_set_on_rabbitmq_says_what_it_can_do_there(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, redis_url: str
 ) -> None:
+    import uuid
+
     from click.testing import CliRunner
 
+    from toolexec.connection import redis_client
+    from toolexec.keys import BrokerKeys
     from toolexec.ops.fairness_cli import fairness
+    from toolexec.stores.fairness_store import FairnessStore
 
+    prefix = f"cli-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("TOOLEXEC_BROKER_URL", "amqp://guest:guest@127.0.0.1:1//")
+    monkeypatch.setenv("TOOLEXEC_REDIS_URL", redis_url)
+    monkeypatch.setenv("TOOLEXEC_KEY_PREFIX", prefix)
     monkeypatch.delenv("TOOLEXEC_RABBITMQ_FAIRNESS", raising=False)
     off = CliRunner().invoke(fairness, ["set", "tenant-1", "2"])
     assert off.exit_code != 0 and "TOOLEXEC_RABBITMQ_FAIRNESS=true" in off.output
     monkeypatch.setenv("TOOLEXEC_RABBITMQ_FAIRNESS", "true")
     capped = CliRunner().invoke(fairness, ["set", "tenant-1", "--max-in-flight", "3"])
-    assert capped.exit_code != 0 and "max_in_flight is not enforced" in capped.output
+    assert capped.exit_code == 0, capped.output
+    # in toolexec's Redis, where the workers read it (toolexec.worker.amqp_caps)
+    client = redis_client(redis_url)
+    store = FairnessStore(client, BrokerKeys(prefix))
+    try:
+        assert store.config() == {"tenant-1": {"max_in_flight": 3}}
+    finally:
+        store.clear("tenant-1")
+        client.close()
+
+
+def test_a_per_key_queue_names_its_key_and_others_name_none() -> None:
+    from toolexec.worker.amqp_caps import lane_key
+
+    assert lane_key("tools.fair.tenant-1.0") == "tenant-1"
+    assert lane_key("tools.fair.a.b.c.12") == "a.b.c"
+    assert lane_key("my.fair.q.fair.k.3") == "k"
+    for other in ("tools", "tools.fair.k", "tools.fair..0", "tools.fair.k.x", None, 3):
+        assert lane_key(other) is None
+
+
+def test_a_places_lease_is_the_time_limit_plus_its_eta_wait() -> None:
+    from datetime import UTC, datetime
+
+    from toolexec.worker.amqp_caps import lease_s, member_of, resumable
+
+    now = 1_000_000.0
+    eta = datetime.fromtimestamp(now + 20, tz=UTC).isoformat()
+    assert lease_s(90, 3600.0, None, now) == 90.0
+    assert lease_s(None, 3600.0, None, now) == 3600.0
+    assert lease_s(90, 3600.0, eta, now) == pytest.approx(110.0)
+    assert lease_s(90, 3600.0, "not a time", now) == 90.0
+    assert member_of("id-1", 0) == "id-1:0" != member_of("id-1", 1)
+    assert member_of(None, 0) is None and member_of("id-1", None) == "id-1:0"
+    assert resumable(1, 2) and not resumable(2, 2) and resumable(5, None)
+
+
+def test_the_cap_script_admits_up_to_the_cap_counts_a_redelivery_once_and_lapses(
+    redis_url: str,
+) -> None:
+    import uuid
+
+    from toolexec.connection import redis_client
+    from toolexec.keys import BrokerKeys, Keys
+    from toolexec.worker.amqp_caps import CapTaker
+
+    prefix = f"cap-{uuid.uuid4().hex[:8]}"
+    client = redis_client(redis_url)
+    taker = CapTaker(client, Keys(prefix), BrokerKeys(prefix))
+    try:
+        now = 1_000.0
+        assert taker.take("k", "a:0", 2, now, 60.0)
+        assert taker.take("k", "b:0", 2, now, 60.0)
+        assert not taker.take("k", "c:0", 2, now, 60.0)  # at the cap
+        assert taker.take("k", "a:0", 2, now + 1, 60.0)  # redelivered: counted once
+        assert taker.running("k", now + 1) == 2
+        taker.free("k", "b:0")
+        assert taker.running("k", now + 1) == 1
+        assert taker.take("k", "c:0", 2, now + 1, 60.0)
+        assert not taker.take("k", "d:0", 2, now + 2, 60.0)
+        # a dead worker's places lapse after their lease
+        assert taker.take("k", "d:0", 2, now + 62, 60.0)
+        assert 0 < int(client.ttl(Keys(prefix).amqp_inflight("k"))) <= 61
+    finally:
+        client.delete(Keys(prefix).amqp_inflight("k"))
+        client.close()
 
 
 def test_a_workers_liveness_names_its_tools_queues_not_its_fairness_keys_queues() -> None:
@@ -191,3 +264,13 @@ def test_a_workers_liveness_names_its_tools_queues_not_its_fairness_keys_queues(
     queues = [SimpleNamespace(name=n) for n in ("tools", "tools.fair.t-1.0", "http")]
     consumer = SimpleNamespace(task_consumer=SimpleNamespace(queues=queues))
     assert _queues_of(consumer) == ["http", "tools"]
+
+
+def test_a_call_frees_a_place_only_for_a_capped_key_where_the_caps_are_known() -> None:
+    from toolexec.worker.amqp_caps import freed, noted
+
+    noted({"k": 2}, -1)  # the lanes step of "process -1" saw k capped
+    assert freed("q.fair.k.0", -1) == "k"
+    assert freed("q.fair.j.0", -1) is None  # never capped there: no round trip
+    assert freed("q.fair.j.0", -2) == "j"  # a prefork child does not know: frees anyway
+    assert freed("q", -2) is None
