@@ -193,7 +193,7 @@ def test_a_killed_workers_places_are_taken_again_by_their_redelivered_calls(
     fleet.store.set(key, max_in_flight=2)
     gate = tmp_path / "open"
     results: list[ToolResult] = []
-    calls = [("hold", {"flag": str(gate)})] * 6
+    calls = [("gated_hold", {"flag": str(gate)})] * 6
     sender = threading.Thread(
         target=lambda: results.extend(fleet.client.call_many(calls, fairness_key=key, timeout=150)),
         daemon=True,
