@@ -55,7 +55,7 @@ lint: $(STAMP)
 # The chaos scenarios kill servers and time recovery, one at a time, with nothing else
 # running: `make test-chaos`; the benchmarks' smoke tests and the MCP conformance suite
 # run external programs end to end (bench/, npm's suite): `make test-bench`. .ci/run runs
-# both after this.
+# both (test-bench at nice 19 beside test-redis).
 PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 WALL_CLOCK = $(addprefix tests/integration/, test_breaker_workers.py test_worker_interrupt.py \
 	test_fairness.py test_fairness_rabbitmq.py test_mcp_proxy.py test_retries.py \
@@ -79,7 +79,8 @@ test: lint
 
 # The benchmarks' smoke tests (each bench/ script runs end to end and prints its table;
 # their figures are never asserted) and the official MCP conformance suite (server and
-# client scenarios, its table printed): two processes, like the first step of `make test`.
+# client scenarios, its table printed): two processes, like the first step of `make test`;
+# .ci/run runs it at nice 19 beside `make test-redis` (223 s for both, tests/README.md).
 test-bench: $(STAMP)
 	$(BIN)/pytest $(PARALLEL) $(BENCH_SMOKE) $(CONFORMANCE)
 
