@@ -65,9 +65,13 @@ WALL_CLOCK = $(addprefix tests/integration/, test_breaker_workers.py test_worker
 BENCH_SMOKE = tests/integration/test_*bench*.py
 CONFORMANCE = tests/integration/test_mcp_conformance.py
 STEP1_LOG ?= .pytest-step1.log
+# A background job of a non-interactive shell ignores Ctrl-C (POSIX): step 1 gets it back,
+# so that Ctrl-C stops both steps and each tears its workers down.
+WITH_CTRL_C = $(BIN)/python -c 'import os, signal, sys; signal.signal(signal.SIGINT, \
+	signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])'
 test: lint
 	status=0; \
-	nice -n 19 $(BIN)/pytest $(PARALLEL) tests/unit tests/security tests/integration \
+	nice -n 19 $(WITH_CTRL_C) $(BIN)/pytest $(PARALLEL) tests/unit tests/security tests/integration \
 		$(addprefix --ignore=,$(WALL_CLOCK) $(CONFORMANCE)) --ignore-glob='$(BENCH_SMOKE)' \
 		>$(STEP1_LOG) 2>&1 & step1=$$!; \
 	echo "== step 1 (unit, security, untimed integration) at nice 19, output in $(STEP1_LOG)"; \
