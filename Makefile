@@ -58,7 +58,8 @@ lint: $(STAMP)
 # both (test-bench at nice 19 beside test-redis).
 PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 WALL_CLOCK = $(addprefix tests/integration/, test_breaker_workers.py test_worker_interrupt.py \
-	test_fairness.py test_fairness_rabbitmq.py test_mcp_proxy.py test_retries.py \
+	test_fairness.py test_fairness_rabbitmq.py test_fairness_rabbitmq_keys.py \
+	test_fairness_rabbitmq_caps.py test_mcp_proxy.py test_retries.py \
 	test_fanout.py test_storm_protections.py test_defences_adapt.py \
 	test_idempotency_crash.py test_demo.py test_worker_pools.py test_roundtrips.py \
 	test_timeouts.py)
@@ -121,10 +122,11 @@ docs: $(STAMP)
 #   test_idempotency_crash; security: poison, unknown-task and broken messages, and the
 #   stale messages of a big call_many acknowledged unrun);
 # - toolexec's Lua scripts run by that server's engine (executor/lua: breaker, budget and
-#   rate limit, idempotency, fair take, run-state CAS; sent as EVALSHA in one pipeline
-#   per attempt, loaded on NOSCRIPT) and the breaker gates' pub/sub, whose channels no
+#   rate limit, idempotency, fair take, RabbitMQ caps, run-state CAS; sent as EVALSHA in one
+#   pipeline per attempt, loaded on NOSCRIPT) and the breaker gates' pub/sub, whose channels no
 #   database separates (test_breaker_workers, test_breaker_concurrency, test_idempotency,
-#   test_storm_protections, test_guard, test_retries; security: breaker abuse).
+#   test_storm_protections, test_guard, test_retries, test_fairness_rabbitmq_caps;
+#   security: breaker abuse).
 # Not run again: the rest speaks protocols no Redis server changes (MCP, HTTP, tracing,
 # model input, Flower) or starts servers of its own (tests/chaos, the demo, the
 # Procfile, the benchmarks, TLS and Sentinel in test_security); `make test` runs it once.
@@ -136,7 +138,7 @@ REDIS_MODULES = $(addprefix tests/integration/, test_test_database.py test_infra
 	test_lanes.py test_fairness.py test_roundtrips.py test_worker_interrupt.py \
 	test_idempotency_crash.py test_breaker_workers.py test_breaker_concurrency.py \
 	test_idempotency.py test_storm_protections.py test_guard.py test_payloads.py \
-	test_retries.py) \
+	test_retries.py test_fairness_rabbitmq_caps.py) \
 	$(addprefix tests/security/, test_poison_messages.py test_unknown_tasks.py \
 	test_broken_envelopes.py test_breaker_abuse.py test_big_batches.py)
 test-redis: $(STAMP)
