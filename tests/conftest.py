@@ -110,25 +110,33 @@ def client(settings: Settings, worker: WorkerProcess) -> Iterator[ToolClient]:
         yield tool_client
 
 
-#: Modules that took longest in a timed run (``--durations``, tests/README.md, "Where the
-#: time goes"), longest first. Under pytest-xdist they are handed out first, so that
-#: none of them starts last and leaves one process running alone at the end.
+#: Modules that took longest in a timed run (``--durations`` and ``--junitxml``, tests/README.md,
+#: "Where the time goes"), longest first, of the runs pytest-xdist spreads (the first step
+#: of ``make test``, and ``make test-bench``). They are handed out first, so that none of
+#: them starts last and leaves one process running alone at the end.
 SLOW_FIRST = (
-    "test_bench_smoke.py",
     "test_mcp_conformance.py",
-    "test_mcp_proxy.py",
+    "test_bench_smoke.py",
+    "test_flower_auth.py",
+    "test_unknown_tasks.py",
     "test_mcp_server.py",
-    "test_defences_adapt.py",
-    "test_idempotency_crash.py",
-    "test_agent_frameworks.py",
-    "test_celery_native.py",
-    "test_bench_mcp_smoke.py",
-    "test_breaker_workers.py",
-    "test_demo.py",
     "test_storm_bench_smoke.py",
-    "test_storm_protections.py",
-    "test_worker_pools.py",
+    "test_model_input.py",
+    "test_mcp_approval.py",
+    "test_agent_frameworks.py",
+    "test_cli.py",
+    "test_celery_native.py",
+    "test_unbounded_sizes.py",
     "test_idempotency_bench.py",
+    "test_security.py",
+    "test_infrastructure.py",
+    "test_secret_canary.py",
+    "test_idempotency.py",
+    "test_breaker_abuse.py",
+    "test_bench_breaker_smoke.py",
+    "test_procfile.py",
+    "test_packaging.py",
+    "test_poison_messages.py",
 )
 #: After those: the rest by tier, the waiting ones before the computing ones.
 TIER_ORDER = ("integration", "e2e", "security", "unit", "chaos")

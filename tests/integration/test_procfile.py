@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -123,14 +124,21 @@ def honcho(tmp_path: Path) -> Iterator[Honcho]:
             runner.stop()
 
 
+def _instances(names: list[str]) -> set[str]:
+    """The workers honcho started, however many processes each runs (``name.pN@host``)."""
+    return {re.sub(r"\.p\d+(?=@)", "", name) for name in names}
+
+
 def test_honcho_runs_the_procfile_and_a_call_goes_through(honcho: Honcho) -> None:
     # Given honcho running the Procfile with two workers
     try:
-        names = wait_until(lambda: len(honcho.workers()) >= 2 and honcho.workers(), 60, "2 workers")
+        names = wait_until(
+            lambda: len(_instances(honcho.workers())) >= 2 and honcho.workers(), 60, "2 workers"
+        )
     except AssertionError:
         pytest.fail(f"the workers did not come up; honcho's output:\n{honcho.tail()}")
-    # Then each worker has its own name
-    assert len(set(names)) == 2
+    # Then each worker has its own name (and its processes theirs: name.p1@host, name.p2@host)
+    assert len(_instances(names)) == 2, names
     # and Flower answers on its port, behind basic auth, and sees both workers
     wait_until(lambda: _listening(honcho.flower_port), 30, "Flower to listen")
     api = f"http://127.0.0.1:{honcho.flower_port}/api/workers?refresh=1"

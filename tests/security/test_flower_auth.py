@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from base64 import b64encode
@@ -32,8 +33,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 from ops_support import FlowerProcess, free_port, wait_until
 
+from toolexec.ops.cli import cli
 from toolexec.settings import Settings
 from toolexec.testing import WorkerProcess
 from toolexec.worker.app import create_app
@@ -59,16 +62,26 @@ def _status(url: str, authorization: str | None, method: str = "GET") -> int:
         return exc.code
 
 
+def _flower_env(
+    env: dict[str, str], user: str | None, password: str | None
+) -> dict[str, str | None]:
+    """``env`` with toolexec's Flower credentials set to the pair given, or unset."""
+    full_env: dict[str, str | None] = {**env}
+    for name in ("TOOLEXEC_FLOWER_USER", "TOOLEXEC_FLOWER_PASSWORD"):
+        full_env[name] = None
+    if user is not None and password is not None:
+        full_env |= {"TOOLEXEC_FLOWER_USER": user, "TOOLEXEC_FLOWER_PASSWORD": password}
+    return full_env
+
+
 def _run_flower(
     env: dict[str, str], *args: str, user: str | None = None, password: str | None = None
 ) -> tuple[subprocess.CompletedProcess[str], int]:
     """``toolexec flower`` as an operator runs it; expected to refuse, so it must exit."""
     port = free_port()
-    full_env = {**os.environ, **env}
-    for name in ("TOOLEXEC_FLOWER_USER", "TOOLEXEC_FLOWER_PASSWORD"):
-        full_env.pop(name, None)
-    if user is not None and password is not None:
-        full_env |= {"TOOLEXEC_FLOWER_USER": user, "TOOLEXEC_FLOWER_PASSWORD": password}
+    full_env = {
+        k: v for k, v in {**os.environ, **_flower_env(env, user, password)}.items() if v is not None
+    }
     done = subprocess.run(
         [sys.executable, "-m", "toolexec", "flower", f"--port={port}", *args],
         env=full_env,
@@ -77,6 +90,33 @@ def _run_flower(
         timeout=60,
     )
     return done, port
+
+
+def _refusal_in_process(
+    env: dict[str, str], *args: str, user: str | None = None, password: str | None = None
+) -> tuple[int, str, int]:
+    """The same command line run by the CLI in this process: its exit code, output, port.
+
+    The refusals happen before Flower is imported, in the command itself, so the
+    answer is the one an operator gets; a process per case would only add its start-up
+    (about 1.5 s each). One case of each kind runs as a real process too, below.
+    """
+    port = free_port()
+    results: list[Result] = []
+    command = ["flower", f"--port={port}", *args]
+    environment = _flower_env(env, user, password)
+    # A guard that let it through would start Flower in this thread: a daemon one, so the
+    # test fails instead of hanging.
+    runner = threading.Thread(
+        target=lambda: results.append(CliRunner().invoke(cli, command, env=environment)),
+        daemon=True,
+    )
+    runner.start()
+    runner.join(30)
+    if not results:
+        pytest.fail(f"toolexec {' '.join(command)} did not refuse: it is serving")
+    result = results[0]
+    return result.exit_code, result.output, port
 
 
 @pytest.fixture(scope="module")
@@ -148,28 +188,26 @@ def test_a_password_flower_would_split_on_commas_is_refused_before_it_starts(
 ) -> None:
     """Given a password with a comma, then ``toolexec flower`` exits with an explanation that
     does not quote it, and nothing listens on its port."""
-    done, port = _run_flower(worker_env, user=USER, password=password)
+    code, output, port = _refusal_in_process(worker_env, user=USER, password=password)
 
-    assert done.returncode != 0
-    output = done.stdout + done.stderr
+    assert code != 0
     assert "commas" in output
     assert password not in output.replace("TOOLEXEC_FLOWER_USER/TOOLEXEC_FLOWER_PASSWORD", "")
     assert _port_closed(port)
 
 
-@pytest.mark.parametrize(
-    "passthrough",
-    [
-        ["--", "--address=0.0.0.0"],
-        ["--", "--address", "0.0.0.0"],
-        ["--", "--basic_auth=x:y"],
-        ["--", "--basic-auth=,"],
-        ["--", "--conf=/tmp/flowerconfig.py"],
-        ["--", "--port=5555"],
-        ["--", "--unix_socket=/tmp/flower.sock"],
-    ],
-    ids=lambda p: " ".join(p),
-)
+PASSTHROUGH = [
+    ["--", "--address=0.0.0.0"],
+    ["--", "--address", "0.0.0.0"],
+    ["--", "--basic_auth=x:y"],
+    ["--", "--basic-auth=,"],
+    ["--", "--conf=/tmp/flowerconfig.py"],
+    ["--", "--port=5555"],
+    ["--", "--unix_socket=/tmp/flower.sock"],
+]
+
+
+@pytest.mark.parametrize("passthrough", PASSTHROUGH, ids=lambda p: " ".join(p))
 @pytest.mark.parametrize("with_auth", [False, True], ids=["no-auth", "auth"])
 def test_pass_through_options_cannot_get_around_the_guard(
     worker_env: dict[str, str], passthrough: list[str], with_auth: bool
@@ -177,10 +215,28 @@ def test_pass_through_options_cannot_get_around_the_guard(
     """Given options passed through to Flower that set its address, port, auth or config
     file, then ``toolexec flower`` refuses them (with or without auth) and exits."""
     user, password = (USER, PASSWORD) if with_auth else (None, None)
-    done, port = _run_flower(worker_env, *passthrough, user=user, password=password)
+    code, output, port = _refusal_in_process(worker_env, *passthrough, user=user, password=password)
 
-    assert done.returncode != 0, done.stdout + done.stderr
-    assert "refusing option" in done.stdout + done.stderr
+    assert code != 0, output
+    assert "refusing option" in output
+    assert _port_closed(port)
+
+
+def test_the_console_command_refuses_a_comma_password_and_a_guarded_option(
+    worker_env: dict[str, str],
+) -> None:
+    """Given the same refusals through ``python -m toolexec flower`` in a process of its
+    own, then it exits non-zero saying why, does not quote the password, and nothing
+    listens on its port: the in-process cases above are what an operator gets."""
+    password = "Fl0wer,pass"
+    done, port = _run_flower(worker_env, user=USER, password=password)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0 and "commas" in output
+    assert password not in output.replace("TOOLEXEC_FLOWER_USER/TOOLEXEC_FLOWER_PASSWORD", "")
+    assert _port_closed(port)
+
+    done, port = _run_flower(worker_env, *PASSTHROUGH[0], user=USER, password=PASSWORD)
+    assert done.returncode != 0 and "refusing option" in done.stdout + done.stderr
     assert _port_closed(port)
 
 
