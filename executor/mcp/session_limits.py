@@ -78,11 +78,17 @@ class SessionTable:
         self._opening += 1
 
     def opened(self, session_id: str | None, now: float, version: str | None = None) -> None:
-        """That request ended; ``session_id`` is the session it opened (with the protocol
-        version its initialize negotiated), if any."""
+        """That request's answer began with ``session_id`` (the session it opened), or it
+        ended without one (None); the version may follow (:meth:`negotiated`)."""
         self._opening = max(0, self._opening - 1)
         if session_id is not None:
             self._open[session_id] = _Session(last_seen=now, version=version)
+
+    def negotiated(self, session_id: str, version: str) -> None:
+        """``session_id``'s initialize answer named ``version`` (read as it streamed)."""
+        found = self._open.get(session_id)
+        if found is not None:
+            found.version = version
 
     def version(self, session_id: str) -> str | None:
         """The protocol version ``session_id`` negotiated, if the table read it."""
@@ -206,20 +212,28 @@ class SessionGate:
         opened: list[str] = []
         answer = NegotiatedVersion()
 
+        # The session and its version go into the table before the client can read them:
+        # a client sends its next request as soon as it has the answer, which may be
+        # before this request's own coroutine ends (a loaded CI run: the next request
+        # met no session in the table and passed ungated and unprimed).
         async def watch(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] < 400:
                 found = _header({"headers": message.get("headers", ())}, b"mcp-session-id")
-                if found is not None:
+                if found is not None and not opened:
                     opened.append(found)
+                    self.table.opened(found, self.clock.now())
             elif message["type"] == "http.response.body" and opened:
                 answer.feed(message.get("body", b""))
+                if answer.version is not None:
+                    self.table.negotiated(opened[0], answer.version)
             await send(message)
 
         self.table.opening()
         try:
             await self.app(scope, receive, watch)
         finally:
-            self.table.opened(opened[0] if opened else None, self.clock.now(), answer.version)
+            if not opened:  # no session came of it: it is no longer being opened either
+                self.table.opened(None, self.clock.now())
 
     async def _in_session(
         self, session_id: str, scope: Scope, receive: Receive, send: Send

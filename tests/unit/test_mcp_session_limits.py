@@ -150,3 +150,51 @@ def test_requests_that_open_no_session_pass_a_full_table(method: str, version: s
 
 async def _noop(_: str) -> None:
     return None
+
+
+def test_a_sessions_next_request_is_gated_while_its_opening_request_is_still_ending() -> None:
+    """A client sends its next request once it has the initialize answer, which may be
+    before the opening request's coroutine returns: that request is already the
+    session's (counted, and primed by the negotiated version), not passed ungated."""
+    answered, release = anyio.Event(), anyio.Event()
+    seen: list[bytes | None] = []
+    init = {"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": "2025-11-25"}}
+
+    async def endpoint(scope: Any, receive: Any, send: Any) -> None:
+        headers = dict(scope["headers"])
+        if b"mcp-session-id" not in headers:
+            start = [(b"mcp-session-id", b"s1")]
+            await send({"type": "http.response.start", "status": 200, "headers": start})
+            await send({"type": "http.response.body", "body": json.dumps(init).encode()})
+            answered.set()
+            await release.wait()  # the SDK's coroutine has not returned yet
+            return
+        seen.append(headers.get(b"mcp-protocol-version"))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    gate = SessionGate(endpoint, SessionTable(4, idle_s=60), ManualClock(), _noop)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"{}", "more_body": False}
+
+    async def ignore(message: dict[str, Any]) -> None:
+        return None
+
+    def scope(*extra: tuple[bytes, bytes]) -> dict[str, Any]:
+        headers = [(b"content-type", b"application/json"), *extra]
+        return {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
+
+    async def scenario() -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(gate, scope(), receive, ignore)
+            await answered.wait()
+            later = scope((b"mcp-session-id", b"s1"), (b"mcp-protocol-version", b"2025-03-26"))
+            await gate(later, receive, ignore)
+            release.set()
+
+    anyio.run(scenario)
+
+    assert seen == [b"2025-11-25"]
+    assert gate.table.version("s1") == "2025-11-25"
+    assert len(gate.table) == 1
