@@ -8,11 +8,15 @@ says why, so a machine without RabbitMQ still runs everything else.
 from __future__ import annotations
 
 import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from kombu import Connection
 
 from toolexec.connection import redact_url
+from toolexec.settings import Settings
 
 RABBITMQ_URL = os.environ.get("TOOLEXEC_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
 
@@ -36,3 +40,38 @@ def require_rabbitmq() -> str:
             allow_module_level=True,
         )
     return RABBITMQ_URL
+
+
+@dataclass(frozen=True)
+class AmqpRun:
+    """A module's own run on RabbitMQ: its queue, settings and workers' environment."""
+
+    queue: str
+    settings: Settings
+    env: dict[str, str]
+
+
+def amqp_run(settings: Settings, worker_env: dict[str, str], tag: str, flag: str) -> AmqpRun:
+    """A queue and key prefix of the run's own (the modules share the node's default
+    vhost), with one opt-in setting on for clients and workers alike (``flag``:
+    ``rabbitmq_fairness`` or ``rabbitmq_priorities``); the workers import this folder's
+    ``fairness_tools``, which serve ``FAIRNESS_QUEUE``."""
+    run = uuid.uuid4().hex[:8]
+    queue = f"toolexec-{tag}-{run}"
+    own = settings.model_copy(
+        update={
+            "broker_url": RABBITMQ_URL,
+            "key_prefix": f"{settings.key_prefix}-{tag}-{run}",
+            flag: True,
+        }
+    )
+    here = str(Path(__file__).parent)
+    env = {
+        **worker_env,
+        "PYTHONPATH": os.pathsep.join([here, worker_env["PYTHONPATH"]]),
+        "TOOLEXEC_BROKER_URL": RABBITMQ_URL,
+        "TOOLEXEC_KEY_PREFIX": own.key_prefix,
+        f"TOOLEXEC_{flag.upper()}": "true",
+        "FAIRNESS_QUEUE": queue,
+    }
+    return AmqpRun(queue, own, env)

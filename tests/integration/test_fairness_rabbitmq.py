@@ -8,17 +8,14 @@ a backlog of priority-5 calls (800 sent, at least 400 waiting) must finish withi
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kombu import Connection, Queue
-from rabbitmq_support import require_rabbitmq
+from rabbitmq_support import amqp_run, require_rabbitmq
 
 from toolexec.client import ToolClient
 from toolexec.results import ToolResult
@@ -34,24 +31,8 @@ RABBITMQ_URL = require_rabbitmq()
 def prio_client(
     settings: Settings, worker_env: dict[str, str], tmp_path_factory: Any
 ) -> Iterator[ToolClient]:
-    run = uuid.uuid4().hex[:8]
-    queue = f"toolexec-prio-{run}"
-    own = settings.model_copy(
-        update={
-            "broker_url": RABBITMQ_URL,
-            "key_prefix": f"{settings.key_prefix}-prio",
-            "rabbitmq_priorities": True,
-        }
-    )
-    here = str(Path(__file__).parent)
-    env = {
-        **worker_env,
-        "PYTHONPATH": os.pathsep.join([here, worker_env["PYTHONPATH"]]),
-        "TOOLEXEC_BROKER_URL": RABBITMQ_URL,
-        "TOOLEXEC_KEY_PREFIX": own.key_prefix,
-        "TOOLEXEC_RABBITMQ_PRIORITIES": "true",
-        "FAIRNESS_QUEUE": queue,
-    }
+    made = amqp_run(settings, worker_env, "prio", "rabbitmq_priorities")
+    queue, own, env = made.queue, made.settings, made.env
     log = tmp_path_factory.mktemp("prio") / "worker.log"
     worker = WorkerProcess("fairness_tools", env, queues=queue, concurrency=8, log_path=log)
     worker.start(own.redis_url or "", own.key_prefix)

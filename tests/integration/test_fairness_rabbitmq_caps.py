@@ -8,7 +8,6 @@ finishes ok (those delivered at the cap go back to the queue, none lost).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 from kombu import Connection, Queue
-from rabbitmq_support import require_rabbitmq
+from rabbitmq_support import amqp_run, require_rabbitmq
 from rigs.chaos import wait_until
 
 from toolexec.client import ToolClient
@@ -66,24 +65,8 @@ class _Wall:
 
 @pytest.fixture(scope="module")
 def fleet(settings: Settings, worker_env: dict[str, str], tmp_path_factory: Any) -> Iterator[Fleet]:
-    run = uuid.uuid4().hex[:8]
-    queue = f"toolexec-cap-{run}"
-    own = settings.model_copy(
-        update={
-            "broker_url": RABBITMQ_URL,
-            "key_prefix": f"{settings.key_prefix}-cap-{run}",
-            "rabbitmq_fairness": True,
-        }
-    )
-    here = str(Path(__file__).parent)
-    env = {
-        **worker_env,
-        "PYTHONPATH": os.pathsep.join([here, worker_env["PYTHONPATH"]]),
-        "TOOLEXEC_BROKER_URL": RABBITMQ_URL,
-        "TOOLEXEC_KEY_PREFIX": own.key_prefix,
-        "TOOLEXEC_RABBITMQ_FAIRNESS": "true",
-        "FAIRNESS_QUEUE": queue,
-    }
+    made = amqp_run(settings, worker_env, "cap", "rabbitmq_fairness")
+    queue, own, env = made.queue, made.settings, made.env
     logs = tmp_path_factory.mktemp("cap-amqp")
     workers = [
         WorkerProcess(
