@@ -9,15 +9,14 @@ A's whole backlog (5.16 s measured on the issue's machine).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster_support import cluster_run
+from fairness_support import fairness_worker
 from fairness_tools import QUEUE
 from rigs.chaos import wait_until
 
@@ -40,11 +39,7 @@ BACKLOG = 800
 def fair_worker(
     worker_env: dict[str, str], settings: Settings, tmp_path_factory: Any
 ) -> Iterator[WorkerProcess]:
-    here = str(Path(__file__).parent)
-    env = {**worker_env, "PYTHONPATH": os.pathsep.join([here, worker_env["PYTHONPATH"]])}
-    log = tmp_path_factory.mktemp("fair") / "worker.log"
-    proc = WorkerProcess("fairness_tools", env, queues=QUEUE, concurrency=8, log_path=log)
-    proc.start(settings.redis_url or "", settings.key_prefix)
+    proc = fairness_worker(worker_env, settings, tmp_path_factory.mktemp("fair"), 8)
     yield proc
     proc.stop()
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -29,6 +27,7 @@ from agents import ModelResponse as AgentsResponse
 from agents import RunConfig, Runner, Usage
 from agents.models.interface import Model
 from cluster_support import cluster_run
+from fairness_support import fairness_worker
 from fairness_tools import QUEUE
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -67,11 +66,7 @@ CALL = ("nap", {"ms": 1, "tag": "framework"})
 def fair_worker(
     worker_env: dict[str, str], settings: Settings, tmp_path_factory: Any
 ) -> Iterator[WorkerProcess]:
-    here = str(Path(__file__).parent)
-    env = {**worker_env, "PYTHONPATH": os.pathsep.join([here, worker_env["PYTHONPATH"]])}
-    log = tmp_path_factory.mktemp("fair-integrations") / "worker.log"
-    proc = WorkerProcess("fairness_tools", env, queues=QUEUE, concurrency=4, log_path=log)
-    proc.start(settings.redis_url or "", settings.key_prefix)
+    proc = fairness_worker(worker_env, settings, tmp_path_factory.mktemp("fair-integrations"), 4)
     yield proc
     proc.stop()
 

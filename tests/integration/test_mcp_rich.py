@@ -191,37 +191,45 @@ def test_a_client_that_cannot_answer_gets_a_typed_refusal_at_once(url: str) -> N
     assert result.structured_content["data"].startswith("User response: action=refused,")
 
 
-def test_sse_streams_carry_ids_retry_and_resume_from_the_last_event(url: str) -> None:
-    """A 2025-11-25 request gets a priming event (an id, ``retry:``); after it drops its
-    stream, a GET with ``Last-Event-ID`` replays the call's answer."""
+def _open_session(http: httpx.Client, url: str, version: str, name: str) -> dict[str, str]:
+    """A session opened by hand at protocol ``version``: the headers of its next requests."""
     headers = {
         "Accept": "application/json, text/event-stream",
         "Content-Type": "application/json",
-        "MCP-Protocol-Version": "2025-11-25",
+        "MCP-Protocol-Version": version,
     }
     init = {
         "jsonrpc": "2.0",
         "id": 0,
         "method": "initialize",
         "params": {
-            "protocolVersion": "2025-11-25",
+            "protocolVersion": version,
             "capabilities": {},
-            "clientInfo": {"name": "resume-test", "version": "1"},
+            "clientInfo": {"name": name, "version": "1"},
         },
     }
+    opened = http.post(url, json=init, headers=headers)
+    headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    http.post(url, json=initialized, headers=headers)
+    return headers
+
+
+def _call(tool: str) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": {}},
+    }
+
+
+def test_sse_streams_carry_ids_retry_and_resume_from_the_last_event(url: str) -> None:
+    """A 2025-11-25 request gets a priming event (an id, ``retry:``); after it drops its
+    stream, a GET with ``Last-Event-ID`` replays the call's answer."""
     with httpx.Client(timeout=30) as http:
-        opened = http.post(url, json=init, headers=headers)
-        session = opened.headers["mcp-session-id"]
-        headers["Mcp-Session-Id"] = session
-        http.post(
-            url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers
-        )
-        call = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": "test_tool_with_progress", "arguments": {}},
-        }
+        headers = _open_session(http, url, "2025-11-25", "resume-test")
+        call = _call("test_tool_with_progress")
         first_id = None
         with http.stream("POST", url, json=call, headers=headers) as stream:
             lines = stream.iter_lines()
@@ -249,34 +257,10 @@ def test_sse_streams_carry_ids_retry_and_resume_from_the_last_event(url: str) ->
 def _events_of(url: str, negotiate: str, declare: str) -> list[dict[str, str]]:
     """The SSE events (their ``id``, ``retry`` and ``data`` fields) of a call declaring
     ``declare`` in a session that negotiated ``negotiate``, up to the call's answer."""
-    headers = {
-        "Accept": "application/json, text/event-stream",
-        "Content-Type": "application/json",
-        "MCP-Protocol-Version": negotiate,
-    }
-    init = {
-        "jsonrpc": "2.0",
-        "id": 0,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": negotiate,
-            "capabilities": {},
-            "clientInfo": {"name": "priming-test", "version": "1"},
-        },
-    }
     events: list[dict[str, str]] = []
     with httpx.Client(timeout=30) as http:
-        opened = http.post(url, json=init, headers=headers)
-        headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
-        http.post(
-            url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers
-        )
-        call = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": "test_simple_text", "arguments": {}},
-        }
+        headers = _open_session(http, url, negotiate, "priming-test")
+        call = _call("test_simple_text")
         declared = {**headers, "MCP-Protocol-Version": declare}
         with http.stream("POST", url, json=call, headers=declared) as stream:
             event: dict[str, str] = {}
