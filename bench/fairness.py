@@ -5,8 +5,10 @@ Two parts (issue 26), each printing a table:
 ``shares``: on a fresh Valkey, one threads worker of 8 slots, three fairness
 keys with weights 1, 2 and 4 (``toolexec fairness set``), each with a backlog
 larger than it can get through in the window; the tool counts its starts per
-key in Redis. Over ``--seconds`` (30) once every backlog is queued, each key's
-share of the starts is compared with its weight's share (1/7, 2/7, 4/7).
+key in Redis. The slots are held by gate calls while every backlog is queued,
+so the window starts with all of them waiting, however slow the machine; over
+``--seconds`` (30), or until a key's backlog runs dry (said under the table),
+each key's share of the starts is compared with its weight's share (1/7, 2/7, 4/7).
 
 ``dispatch``: the take itself, without a worker. A queue holds ``--messages``
 task envelopes spread over 1, 1 000 and 10 000 fairness keys; each take is one
@@ -28,7 +30,6 @@ import base64
 import json
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -38,7 +39,7 @@ import redis
 from _common import command_line, machine_info, markdown_table, progress, run_settings, worker
 from overhead import load_average, own_server
 
-from toolexec.client import ToolClient
+from toolexec.client import CallHandle, ToolClient
 from toolexec.keys import BrokerKeys
 from toolexec.settings import Settings
 from toolexec.stores.fairness_store import FairnessStore
@@ -46,8 +47,12 @@ from toolexec.transport.lanes import take_args
 
 WEIGHTS = {"w1": 1.0, "w2": 2.0, "w4": 4.0}
 
-#: Calls queued per unit of weight: more than a key can start in the window.
-BACKLOG_PER_WEIGHT = 2_000
+#: Calls queued per unit of weight: more than a key can start in 30 s at the slots' ceiling
+#: (8 slots of 10 ms: 800 starts/s, 4/7 of them the weight-4 key's).
+BACKLOG_PER_WEIGHT = 4_000
+
+#: The worker's slots (one threads worker).
+SLOTS = 8
 
 
 def _started(client: redis.Redis, settings: Settings) -> dict[str, int]:
@@ -55,49 +60,68 @@ def _started(client: redis.Redis, settings: Settings) -> dict[str, int]:
     return {k: int(v or 0) for k, v in zip(WEIGHTS, client.mget(keys), strict=True)}
 
 
+def _hold_slots(client: ToolClient, gate: Path) -> list[CallHandle]:
+    """Every slot busy on a gate call, so the backlog is all queued before one call starts."""
+    held = [client.submit("fair_gate", {"flag": str(gate)}, timeout=600) for _ in range(SLOTS)]
+    end = time.monotonic() + 120
+    while len(list(gate.parent.glob(f"{gate.name}.held.*"))) < SLOTS:
+        if time.monotonic() > end:
+            raise SystemExit("shares: the worker did not start its gate calls within 120 s")
+        time.sleep(0.05)
+    return held
+
+
+def _count(
+    broker: redis.Redis, settings: Settings, seconds: float, queued: dict[str, int]
+) -> tuple[dict[str, int], float, str]:
+    """Starts per key over the window, which ends early when a key's backlog runs dry.
+
+    A key with nothing left can take no share, so counting past that point would
+    measure the backlog's sizes, not the dispatch.
+    """
+    start = time.monotonic()
+    while True:
+        started = _started(broker, settings)
+        took = time.monotonic() - start
+        dry = [k for k in WEIGHTS if started[k] >= queued[k]]
+        if dry:
+            return started, took, f"ended early: {dry[0]}'s backlog ran dry"
+        if took >= seconds:
+            return started, took, "every key had a backlog throughout"
+        time.sleep(0.02)
+
+
 def _shares(
     settings: Settings, tmp: Path, seconds: float, nap_ms: int, backlog: int
-) -> list[list[str]]:
+) -> tuple[list[list[str]], list[tuple[str, str]]]:
     broker = redis.Redis.from_url(settings.redis_url or "")
     store = FairnessStore(broker, BrokerKeys(settings.key_prefix))
     for key, weight in WEIGHTS.items():
         store.set(key, weight)
+    queued = {key: int(weight * backlog) for key, weight in WEIGHTS.items()}
+    gate = tmp / "open"
     with (
         worker(
             settings,
             "fairness_tools",
-            concurrency=8,
+            concurrency=SLOTS,
             pool="threads",
             log_path=tmp / "w.log",
             queues=settings.default_queue,
         ),
         ToolClient(settings) as client,
     ):
-        total = sum(int(w * backlog) for w in WEIGHTS.values())
-        progress(f"shares: queueing {total} calls of {nap_ms} ms over keys {list(WEIGHTS)}")
-        for key, weight in WEIGHTS.items():
-            calls = [("fair_count", {"key": key, "ms": nap_ms})] * int(weight * backlog)
-            threading.Thread(
-                target=client.call_many,
-                args=(calls,),
-                kwargs={"fairness_key": key, "timeout": 600},
-                daemon=True,
-            ).start()
-        queue = settings.default_queue
-        end = time.monotonic() + 120
-        while time.monotonic() < end:
-            view = store.lanes(queue, time.time())
-            waiting = {b.key: b.waiting for b, _ in view.top}
-            if all(waiting.get(k, 0) > 0 for k in WEIGHTS) and broker.llen(queue) < 100:
-                break
-            time.sleep(0.2)
-        progress(f"shares: every key has a backlog; counting starts for {seconds:g} s")
-        before = _started(broker, settings)
-        time.sleep(seconds)
-        after = _started(broker, settings)
-        view = store.lanes(queue, time.time())
-        left = {b.key: b.waiting for b, _ in view.top}
-    started = {k: after[k] - before[k] for k in WEIGHTS}
+        _hold_slots(client, gate)
+        progress(f"shares: slots held; queueing {sum(queued.values())} calls of {nap_ms} ms")
+        for key, count in queued.items():
+            for _ in range(count):
+                client.submit(
+                    "fair_count", {"key": key, "ms": nap_ms}, fairness_key=key, timeout=600
+                )
+        progress(f"shares: every key has its backlog; counting starts for {seconds:g} s")
+        gate.touch()
+        started, took, why = _count(broker, settings, seconds, queued)
+    broker.close()
     all_started = sum(started.values()) or 1
     rows = []
     for key, weight in WEIGHTS.items():
@@ -111,11 +135,10 @@ def _shares(
                 f"{share:.1%}",
                 f"{expected:.1%}",
                 f"{(share - expected) / expected:+.1%}",
-                f"{left.get(key, 0)}",
+                f"{queued[key] - started[key]}",
             ]
         )
-    broker.close()
-    return rows
+    return rows, [("window", f"{took:.1f} s ({why})")]
 
 
 def _envelope(key: str | None, i: int) -> bytes:
@@ -220,16 +243,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     with own_server() as server, tempfile.TemporaryDirectory() as tmp_name:
         if args.part == "shares":
             settings = run_settings(server.url, Path(tmp_name), reply_grace=2.0)
-            rows = _shares(settings, Path(tmp_name), args.seconds, args.nap_ms, args.backlog)
+            rows, notes = _shares(settings, Path(tmp_name), args.seconds, args.nap_ms, args.backlog)
             headers = ["key", "weight", "started", "share", "weight's share", "off by", "left"]
         else:
-            rows = _dispatch(server.url, args.messages)
+            rows, notes = _dispatch(server.url, args.messages), []
             headers = ["take", "messages", "round trip / take", "server time / take"]
         loads.append(load_average())
         info = machine_info(server.url)
     print(markdown_table(headers, rows))
     print()
-    for name, value in [*info, ("load average (1 min), before/after", f"{loads[0]} / {loads[1]}")]:
+    for name, value in [
+        *notes,
+        *info,
+        ("load average (1 min), before/after", f"{loads[0]} / {loads[1]}"),
+    ]:
         print(f"- {name}: {value}")
     print(f"- command: `{command_line()}`")
     return 0
