@@ -39,7 +39,7 @@ import redis
 from _common import command_line, machine_info, markdown_table, progress, run_settings, worker
 from overhead import load_average, own_server
 
-from toolexec.client import CallHandle, ToolClient
+from toolexec.client import ToolClient
 from toolexec.keys import BrokerKeys
 from toolexec.settings import Settings
 from toolexec.stores.fairness_store import FairnessStore
@@ -60,15 +60,15 @@ def _started(client: redis.Redis, settings: Settings) -> dict[str, int]:
     return {k: int(v or 0) for k, v in zip(WEIGHTS, client.mget(keys), strict=True)}
 
 
-def _hold_slots(client: ToolClient, gate: Path) -> list[CallHandle]:
+def _hold_slots(client: ToolClient, gate: Path) -> None:
     """Every slot busy on a gate call, so the backlog is all queued before one call starts."""
-    held = [client.submit("fair_gate", {"flag": str(gate)}, timeout=600) for _ in range(SLOTS)]
+    for _ in range(SLOTS):
+        client.submit("fair_gate", {"flag": str(gate)}, timeout=600)
     end = time.monotonic() + 120
     while len(list(gate.parent.glob(f"{gate.name}.held.*"))) < SLOTS:
         if time.monotonic() > end:
             raise SystemExit("shares: the worker did not start its gate calls within 120 s")
         time.sleep(0.05)
-    return held
 
 
 def _count(
