@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from counting_support import Counted
 
 from toolexec.clock import ManualClock
 from toolexec.connection import redis_client
@@ -42,3 +43,9 @@ def rdb(redis_url: str) -> Iterator[redis.Redis]:
 def keys() -> Keys:
     """A key prefix of its own per test, so no state leaks between tests."""
     return Keys(f"t-{uuid.uuid4().hex[:10]}")
+
+
+@pytest.fixture
+def counted(redis_url: str, rdb: redis.Redis) -> Counted:
+    name = f"counted-{uuid.uuid4().hex[:10]}"
+    return Counted(f"{redis_url}{'&' if '?' in redis_url else '?'}client_name={name}", name, rdb)
