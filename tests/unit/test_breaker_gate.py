@@ -54,26 +54,27 @@ def _wait_for(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
 
 
 @pytest.fixture
-def gate(redis_url: str, rdb: redis.Redis, keys: Keys) -> Iterator[BreakerGate]:
-    g = BreakerGate(redis_url, CircuitBreaker(rdb, keys), keys)
+def gate(counted: Counted, rdb: redis.Redis, keys: Keys) -> Iterator[BreakerGate]:
+    """A gate whose connections (its own and its breaker's) are counted apart from others'."""
+    breaker_client = redis_client(counted.url)
+    g = BreakerGate(counted.url, CircuitBreaker(breaker_client, keys), keys)
     yield g
     g.close()
+    breaker_client.close()
     for key in rdb.scan_iter(f"{keys.prefix}:*"):
         rdb.delete(key)
 
 
-def test_a_closed_breaker_is_checked_without_asking_redis(counted: Counted, keys: Keys) -> None:
+def test_a_closed_breaker_is_checked_without_asking_redis(
+    gate: BreakerGate, counted: Counted
+) -> None:
     """Given a closed breaker checked once, when checked 50 times more, then Redis sees none."""
-    gate = BreakerGate(counted.url, CircuitBreaker(redis_client(counted.url), keys), keys)
     policy = BreakerPolicy()
-    try:
+    assert gate.refusal("tool_a", policy, None, {}) is None
+    before = counted.sent()
+    for _ in range(50):
         assert gate.refusal("tool_a", policy, None, {}) is None
-        before = counted.sent()
-        for _ in range(50):
-            assert gate.refusal("tool_a", policy, None, {}) is None
-        assert counted.sent() == before
-    finally:
-        gate.close()
+    assert counted.sent() == before
 
 
 def test_a_trip_elsewhere_reaches_the_copy_and_a_reset_clears_it(
