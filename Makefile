@@ -26,13 +26,16 @@ demo: $(STAMP)
 # Boundaries). mypy and lint-imports (grimp reads the package from its folders) both
 # see the package through .typecheck/, a view of symlinks: toolexec -> executor/, with
 # tasks/ and fallback/ inside it.
-lint: $(STAMP)
+TYPECHECK_VIEW = rm -rf .typecheck && mkdir -p .typecheck/toolexec && cd .typecheck/toolexec \
+	&& ln -s ../../executor/* . && ln -s ../../tasks tasks && ln -s ../../fallback fallback
+MYPY = $(BIN)/mypy && $(BIN)/mypy tests/rigs
+lint-fast: $(STAMP)
 	$(BIN)/ruff check .
-	rm -rf .typecheck && mkdir -p .typecheck/toolexec
-	cd .typecheck/toolexec && ln -s ../../executor/* . && ln -s ../../tasks tasks && ln -s ../../fallback fallback
-	$(BIN)/mypy
-	$(BIN)/mypy tests/rigs
+	$(TYPECHECK_VIEW)
 	PYTHONPATH=.typecheck $(BIN)/lint-imports
+
+lint: lint-fast
+	$(MYPY)
 
 # The suite but the chaos scenarios and the benchmarks' smoke tests, in two steps that run
 # at the same time; the target fails if either did.
@@ -70,14 +73,19 @@ STEP1_LOG ?= .pytest-step1.log
 # so that Ctrl-C stops both steps and each tears its workers down.
 WITH_CTRL_C = $(BIN)/python -c 'import os, signal, sys; signal.signal(signal.SIGINT, \
 	signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])'
-test: lint
+MYPY_LOG ?= .lint-mypy.log
+STEP1 ?= -n 3 --dist loadfile --no-loadscope-reorder
+test: lint-fast
 	status=0; \
-	nice -n 19 $(WITH_CTRL_C) $(BIN)/pytest $(PARALLEL) tests/unit tests/security tests/integration \
-		$(addprefix --ignore=,$(WALL_CLOCK) $(CONFORMANCE)) --ignore-glob='$(BENCH_SMOKE)' \
-		>$(STEP1_LOG) 2>&1 & step1=$$!; \
-	echo "== step 1 (unit, security, untimed integration) at nice 19, output in $(STEP1_LOG)"; \
+	nice -n 19 $(WITH_CTRL_C) /bin/sh -c '$(MYPY)' >$(MYPY_LOG) 2>&1 & mypy=$$!; \
+	nice -n 19 $(WITH_CTRL_C) $(BIN)/pytest $(STEP1) tests/unit tests/security tests/integration \
+		$(addprefix --ignore=,$(WALL_CLOCK) $(CONFORMANCE)) >$(STEP1_LOG) 2>&1 & step1=$$!; \
+	echo "== strict mypy at nice 19, output in $(MYPY_LOG)"; \
+	echo "== step 1 (unit, security, untimed integration, benchmarks) at nice 19, output in $(STEP1_LOG)"; \
 	echo "== step 2 (WALL_CLOCK and e2e) at normal priority, at the same time"; \
 	$(BIN)/pytest $(WALL_CLOCK) tests/e2e || status=1; \
+	wait $$mypy || status=1; \
+	echo "== mypy's output ($(MYPY_LOG))"; cat $(MYPY_LOG); \
 	wait $$step1 || status=1; \
 	echo "== step 1's output ($(STEP1_LOG))"; cat $(STEP1_LOG); \
 	exit $$status
@@ -102,8 +110,7 @@ mcp-conformance: $(STAMP)
 # a missing anchor or a page left out of the navigation.
 # mkdocstrings reads the package through the same view of symlinks as mypy (see lint).
 docs: $(STAMP)
-	rm -rf .typecheck && mkdir -p .typecheck/toolexec
-	cd .typecheck/toolexec && ln -s ../../executor/* . && ln -s ../../tasks tasks && ln -s ../../fallback fallback
+	$(TYPECHECK_VIEW)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The modules whose behaviour depends on the Redis server, again against an external one,

@@ -116,11 +116,12 @@ def client(settings: Settings, worker: WorkerProcess) -> Iterator[ToolClient]:
 #: them starts last and leaves one process running alone at the end.
 SLOW_FIRST = (
     "test_mcp_conformance.py",
-    "test_bench_smoke.py",
+    "test_storm_bench_smoke.py",
+    "test_bench_overhead_smoke.py",
+    "test_bench_observability_smoke.py",
     "test_flower_auth.py",
     "test_unknown_tasks.py",
     "test_mcp_server.py",
-    "test_storm_bench_smoke.py",
     "test_model_input.py",
     "test_mcp_approval.py",
     "test_agent_frameworks.py",
