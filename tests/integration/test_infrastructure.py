@@ -160,7 +160,12 @@ def test_worker_killed_mid_call_leaves_the_caller_a_deadline_result(
 
     assert result.error is not None
     assert result.error.type == ErrorType.DEADLINE_EXCEEDED
-    assert f"queue {LONELY_QUEUE!r}" in result.error.message
+    if "could start" in result.error.message:
+        # the killed worker's message, handed back, reached the replacement after the
+        # deadline (a loaded machine): the worker ended it, on time, as the caller would have
+        assert result.timings.queued_ms >= 4000.0
+    else:
+        assert f"queue {LONELY_QUEUE!r}" in result.error.message
     assert 4.0 <= took < 4.0 + settings.reply_grace + 1.0
     assert fresh.status == "ok", fresh
     assert len(flaky.hits(path)) == 2  # the killed call ran once and was not redelivered
