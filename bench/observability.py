@@ -109,7 +109,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.rounds, args.sequential, args.burst, args.trace_rounds = 2, 20, 50, 2
+        args.rounds, args.sequential, args.burst, args.trace_rounds = 2, 20, 50, 1
         args.loop = 500
     return args
 
