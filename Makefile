@@ -1,8 +1,8 @@
 # Two commands do all the set-up on a fresh machine with Python 3.11+:
 #   make demo   - venv, install, run the scripted agent against a flaky local service
-#   make test   - venv, install, lint, type-check, run the suite (embedded Valkey); the
-#                 chaos scenarios are `make test-chaos`, the benchmarks' smoke tests and
-#                 the MCP conformance suite `make test-bench`
+#   make test   - venv, install, lint, type-check, run the suite and the benchmarks' smoke
+#                 tests (embedded Valkey); the chaos scenarios are `make test-chaos`, the
+#                 MCP conformance suite `make mcp-conformance`
 #   make docs   - the documentation site (mkdocs.yml, docs/) as HTML in site/, strictly
 PYTHON ?= python3
 # The suite and the benchmarks start several hundred Python processes (workers, CLIs,
@@ -15,7 +15,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-bench test-chaos docs test-redis lint bench bench-perf chaos clean test-rabbitmq \
+.PHONY: demo test test-bench test-chaos docs test-redis lint lint-fast bench bench-perf chaos clean test-rabbitmq \
 	test-cluster test-e2e screenshot browser honcho dashboard-preview mcp-conformance
 
 $(STAMP): pyproject.toml
@@ -43,29 +43,31 @@ lint-fast: $(STAMP)
 lint: lint-fast
 	$(MYPY)
 
-# The suite but the chaos scenarios and the benchmarks' smoke tests, in two steps that run
-# at the same time; the target fails if either did.
-# 1. Two pytest processes (pytest-xdist), each with its own embedded Valkey, shared worker
-#    and temp directories: the unit and security tiers and every integration module but
-#    those in WALL_CLOCK. A module's tests stay in one process (--dist loadfile), so its
-#    workers start once, and the slowest modules go first (tests/conftest.py).
-# 2. WALL_CLOCK and the browser test, in one process, at the same time as step 1 but at
-#    normal priority while step 1 and everything it starts run at nice 19: the kernel
-#    gives these the CPU whenever they want it (a nice-19 task weighs 15 against a
-#    nice-0 task's 1024) and step 1 the rest. These time calls against wall-clock
-#    bounds (parallel calls, urgent calls behind backlogs, half-open probes, a second
-#    SIGQUIT's calls in flight, back-offs to a deadline, an exact count of round trips)
-#    or kill workers and time the hand-over: the modules that missed their bounds when
-#    the integration tier ran in four processes on two cores (a clean-clone run,
-#    2026-12-02: six such failures in 11.7 min; tests/README.md), and the ones beside
-#    them whose bounds were measured in one process. They pass in one process; they
-#    use about 0.4 of a core (96 s of CPU in 235 s), mostly waiting, so step 1 has the
-#    rest of the two cores.
+# The suite but the chaos scenarios: ruff and the import contracts first (a second), then
+# three jobs at the same time; the target fails if any did.
+# - Strict mypy, at nice 19 (one core for about 35 s on a cold cache).
+# 1. Three pytest processes (pytest-xdist), each with its own embedded Valkey, shared
+#    worker and temp directories, at nice 19: the unit and security tiers, every
+#    integration module but those in WALL_CLOCK, and the benchmarks' smoke tests (each
+#    bench/ script runs end to end and prints its table; no figure is asserted). A
+#    module's tests stay in one process (--dist loadfile), so its workers start once, and
+#    the slowest modules go first (tests/conftest.py). These mostly wait on workers and
+#    servers, so a third process fills the time the other two wait.
+# 2. WALL_CLOCK and the browser test, in one process, at normal priority while step 1,
+#    mypy and everything they start run at nice 19: the kernel gives these the CPU
+#    whenever they want it (a nice-19 task weighs 15 against a nice-0 task's 1024) and
+#    the others the rest. These time calls against wall-clock bounds (parallel calls,
+#    urgent calls behind backlogs, half-open probes, a second SIGQUIT's calls in flight,
+#    back-offs to a deadline, an exact count of round trips) or kill workers and time
+#    the hand-over: the modules that missed their bounds when the integration tier ran
+#    in four processes on two cores (a clean-clone run, 2026-12-02: six such failures in
+#    11.7 min; tests/README.md), and the ones beside them whose bounds were measured in
+#    one process. They pass in one process, mostly waiting (about 175 s of CPU in 290 s
+#    alone).
 # The chaos scenarios kill servers and time recovery, one at a time, with nothing else
-# running: `make test-chaos`; the benchmarks' smoke tests and the MCP conformance suite
-# run external programs end to end (bench/, npm's suite): `make test-bench`. .ci/run runs
-# both (test-bench at nice 19 beside test-redis).
-PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
+# running: `make test-chaos`. The official MCP conformance suite installs Node 22 and the
+# suite from npm: `make mcp-conformance`. .ci/run runs both.
+PARALLEL ?= -n 3 --dist loadfile --no-loadscope-reorder
 WALL_CLOCK = $(addprefix tests/integration/, test_breaker_workers.py test_worker_interrupt.py \
 	test_fairness.py test_fairness_rabbitmq.py test_fairness_rabbitmq_keys.py \
 	test_fairness_rabbitmq_caps.py test_mcp_proxy.py test_retries.py \
@@ -75,17 +77,16 @@ WALL_CLOCK = $(addprefix tests/integration/, test_breaker_workers.py test_worker
 BENCH_SMOKE = tests/integration/test_*bench*.py
 CONFORMANCE = tests/integration/test_mcp_conformance.py
 STEP1_LOG ?= .pytest-step1.log
-# A background job of a non-interactive shell ignores Ctrl-C (POSIX): step 1 gets it back,
-# so that Ctrl-C stops both steps and each tears its workers down.
+# A background job of a non-interactive shell ignores Ctrl-C (POSIX): mypy and step 1 get
+# it back, so that Ctrl-C stops every job and each step tears its workers down.
 WITH_CTRL_C = $(BIN)/python -c 'import os, signal, sys; signal.signal(signal.SIGINT, \
 	signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])'
 MYPY_LOG ?= .lint-mypy.log
-STEP1 ?= -n 3 --dist loadfile --no-loadscope-reorder
 test: lint-fast
 	$(BIN)/python -m compileall -q -j 0 executor tasks fallback tests bench examples >/dev/null
 	status=0; \
 	nice -n 19 $(WITH_CTRL_C) /bin/sh -c '$(MYPY)' >$(MYPY_LOG) 2>&1 & mypy=$$!; \
-	nice -n 19 $(WITH_CTRL_C) $(BIN)/pytest $(STEP1) tests/unit tests/security tests/integration \
+	nice -n 19 $(WITH_CTRL_C) $(BIN)/pytest $(PARALLEL) tests/unit tests/security tests/integration \
 		$(addprefix --ignore=,$(WALL_CLOCK) $(CONFORMANCE)) >$(STEP1_LOG) 2>&1 & step1=$$!; \
 	echo "== strict mypy at nice 19, output in $(MYPY_LOG)"; \
 	echo "== step 1 (unit, security, untimed integration, benchmarks) at nice 19, output in $(STEP1_LOG)"; \
@@ -97,21 +98,20 @@ test: lint-fast
 	echo "== step 1's output ($(STEP1_LOG))"; cat $(STEP1_LOG); \
 	exit $$status
 
-# The benchmarks' smoke tests (each bench/ script runs end to end and prints its table;
-# their figures are never asserted) and the official MCP conformance suite (server and
-# client scenarios, its table printed): two processes, like the first step of `make test`;
-# .ci/run runs it at nice 19 beside `make test-redis` (223 s for both, tests/README.md).
+# The benchmarks' smoke tests alone (`make test` runs them in its first step).
 test-bench: $(STAMP)
-	$(BIN)/pytest $(PARALLEL) $(BENCH_SMOKE) $(CONFORMANCE)
+	$(BIN)/pytest $(PARALLEL) $(BENCH_SMOKE)
 
 # Redis, RabbitMQ, Sentinel and workers killed under load (tests/chaos), one at a time.
 test-chaos: $(STAMP)
 	$(BIN)/pytest tests/chaos
 
-# The official MCP conformance suite's server scenarios against `toolexec mcp --http`
-# (Node 22 and the suite come from npm into ~/.cache/toolexec-tests): the scenario table.
+# The official MCP conformance suite: its server scenarios against `toolexec mcp --http`
+# and its client scenarios against toolexec's MCP client (Node 22 and the suite come from
+# npm into ~/.cache/toolexec-tests), each table printed. .ci/run runs it at nice 19
+# beside `make test-redis`, whose timed modules get the CPU first.
 mcp-conformance: $(STAMP)
-	$(BIN)/pytest tests/integration/test_mcp_conformance.py -s -q
+	$(BIN)/pytest $(CONFORMANCE) -s -q
 
 # The site from docs/ and the public modules' docstrings; --strict fails on a broken link,
 # a missing anchor or a page left out of the navigation.
