@@ -111,10 +111,11 @@ def client(settings: Settings, worker: WorkerProcess) -> Iterator[ToolClient]:
 
 
 #: Modules that took longest in a timed run (``--durations`` and ``--junitxml``, tests/README.md,
-#: "Where the time goes"), longest first, of the run pytest-xdist spreads (the first step
-#: of ``make test``, the benchmarks' smoke tests among them). They are handed out first,
-#: so that none of them starts last and leaves one process running alone at the end.
+#: "Where the time goes"), longest first, of the runs pytest-xdist spreads (the first step
+#: of ``make test``, and ``make test-bench``). They are handed out first, so that none of
+#: them starts last and leaves one process running alone at the end.
 SLOW_FIRST = (
+    "test_mcp_conformance.py",
     "test_storm_bench_smoke.py",
     "test_fairness_integrations.py",
     "test_bench_overhead_smoke.py",

@@ -141,8 +141,12 @@ def test_deadline_stops_retries_and_reports_the_last_error(
 
     assert result.error is not None
     assert result.error.type == ErrorType.DEADLINE_EXCEEDED
-    assert result.error.details["last_error"]["type"] == ErrorType.UNAVAILABLE
-    assert "HTTP 503" in result.error.details["last_error"]["message"]
+    last = result.error.details["last_error"]
+    if last["type"] != ErrorType.TIMEOUT:
+        assert last["type"] == ErrorType.UNAVAILABLE
+        assert "HTTP 503" in last["message"]
+    # else a loaded machine started the last attempt just before the deadline, which cut
+    # it short (the docstring's 1.5 s case, seen at 1 s in a clean-clone .ci/run, 2026-12-03)
     hits = len(flaky.hits(path))
     assert 2 <= hits < 10
     assert result.attempts == hits, result
