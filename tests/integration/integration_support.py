@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 import redis
 
 from toolexec.keys import Keys
@@ -46,8 +47,16 @@ def gaps(hits: list[Hit]) -> list[float]:
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-BENCH_TIMEOUT_S = 110.0  # under the suite's 120 s per test, so the bench's end is reported
+#: A smoke-run bench takes 2 to 41 s alone here; at nice 19 beside ``make test-redis`` on a
+#: slow day (2026-12-03) ``observability.py --quick`` ran past 110 s. The limit is a hang's
+#: bound, not a figure: 240 s, and the test's own limit above it and the clean-up.
+BENCH_TIMEOUT_S = 240.0
 BENCH_CLEANUP_S = 30.0  # for the bench's own ``finally`` blocks to stop its workers and servers
+#: The marks of a bench smoke module: the suite's 120 s per test would end it first.
+BENCH_MARKS = [
+    pytest.mark.integration,
+    pytest.mark.timeout(BENCH_TIMEOUT_S + BENCH_CLEANUP_S + 30.0),
+]
 
 
 def run_bench(script: str, *args: str) -> str:

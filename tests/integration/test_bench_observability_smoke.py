@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-from integration_support import run_bench
+from integration_support import BENCH_MARKS, run_bench
 
-pytestmark = pytest.mark.integration
+pytestmark = BENCH_MARKS
 
 
 def test_quick_observability_benchmark_reports_tracing_on_and_off(redis_url: str) -> None:

@@ -6,10 +6,9 @@ It starts its own Valkey and workers, plain Celery's among them.
 
 from __future__ import annotations
 
-import pytest
-from integration_support import run_bench
+from integration_support import BENCH_MARKS, run_bench
 
-pytestmark = pytest.mark.integration
+pytestmark = BENCH_MARKS
 
 
 def test_quick_overhead_benchmark_prints_the_side_by_side_table() -> None:

@@ -6,10 +6,9 @@ Each starts its own Valkey (and workers), so none needs the test Redis.
 
 from __future__ import annotations
 
-import pytest
-from integration_support import run_bench
+from integration_support import BENCH_MARKS, run_bench
 
-pytestmark = pytest.mark.integration
+pytestmark = BENCH_MARKS
 
 
 def test_runner_benchmark_compares_a_thread_per_call_with_reused_threads() -> None:

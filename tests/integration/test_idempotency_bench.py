@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-from integration_support import run_bench
+from integration_support import BENCH_MARKS, run_bench
 
-pytestmark = pytest.mark.integration
+pytestmark = BENCH_MARKS
 
 
 def test_quick_idempotency_benchmark_prints_its_table_with_no_duplicate(redis_url: str) -> None:

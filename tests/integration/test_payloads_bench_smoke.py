@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-from integration_support import run_bench
+from integration_support import BENCH_MARKS, run_bench
 
-pytestmark = pytest.mark.integration
+pytestmark = BENCH_MARKS
 
 
 def test_a_small_payload_benchmark_exits_0_and_prints_its_table(redis_url: str) -> None:

@@ -10,10 +10,10 @@ import re
 import shutil
 
 import pytest
-from integration_support import run_bench
+from integration_support import BENCH_MARKS, run_bench
 
 pytestmark = [
-    pytest.mark.integration,
+    *BENCH_MARKS,
     pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server"),
 ]
 
