@@ -1,8 +1,8 @@
 # Two commands do all the set-up on a fresh machine with Python 3.11+:
 #   make demo   - venv, install, run the scripted agent against a flaky local service
-#   make test   - venv, install, lint, type-check, run the suite (embedded Valkey); the
-#                 chaos scenarios are `make test-chaos`, the benchmarks' smoke tests and
-#                 the MCP conformance suite `make test-bench`
+#   make test   - venv, install, lint, type-check, run the suite (embedded Valkey) and the
+#                 benchmarks' smoke tests; the chaos scenarios are `make test-chaos`, the
+#                 official MCP conformance suite (Node from npm) `make mcp-conformance`
 #   make docs   - the documentation site (mkdocs.yml, docs/) as HTML in site/, strictly
 PYTHON ?= python3
 # The suite and the benchmarks start several hundred Python processes (workers, CLIs,
@@ -48,7 +48,9 @@ lint: lint-fast
 # - Strict mypy, at nice 19 (one core for about 35 s on a cold cache).
 # 1. Two pytest processes (pytest-xdist), each with its own embedded Valkey, shared
 #    worker and temp directories, at nice 19: the unit and security tiers and every
-#    integration module but those in WALL_CLOCK. A module's tests stay in one process
+#    integration module but those in WALL_CLOCK, the benchmarks' smoke tests among them
+#    (each bench/ script runs end to end and prints its table; no figure is asserted but
+#    a limit that bounds a hang). A module's tests stay in one process
 #    (--dist loadfile), so its workers start once, and the slowest modules go first
 #    (tests/conftest.py).
 # 2. WALL_CLOCK and the browser test, in one process, at normal priority while step 1,
@@ -63,10 +65,9 @@ lint: lint-fast
 #    one process. They pass in one process, mostly waiting (about 175 s of CPU in 290 s
 #    alone).
 # The chaos scenarios kill servers and time recovery, one at a time, with nothing else
-# running: `make test-chaos`; the benchmarks' smoke tests and the MCP conformance suite
-# run external programs end to end (bench/, npm's suite): `make test-bench`. .ci/run runs
-# both (test-bench at nice 19 beside test-redis). In step 1 the smoke tests made the
-# whole of .ci/run 1 093 s on a slow day, too near its 20 minutes (tests/README.md).
+# running: `make test-chaos`; the MCP conformance suite fetches Node and npm's suite on
+# its first run: `make mcp-conformance`. .ci/run runs both (the conformance suite at
+# nice 19 beside test-redis).
 PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 WALL_CLOCK = $(addprefix tests/integration/, test_breaker_workers.py test_worker_interrupt.py \
 	test_fairness.py test_fairness_rabbitmq.py test_fairness_rabbitmq_keys.py \
@@ -87,7 +88,7 @@ test: lint-fast
 	status=0; \
 	nice -n 19 $(WITH_CTRL_C) /bin/sh -c '$(MYPY)' >$(MYPY_LOG) 2>&1 & mypy=$$!; \
 	nice -n 19 $(WITH_CTRL_C) $(BIN)/pytest $(PARALLEL) tests/unit tests/security tests/integration \
-		$(addprefix --ignore=,$(WALL_CLOCK) $(CONFORMANCE)) --ignore-glob='$(BENCH_SMOKE)' \
+		$(addprefix --ignore=,$(WALL_CLOCK) $(CONFORMANCE)) \
 		>$(STEP1_LOG) 2>&1 & step1=$$!; \
 	echo "== strict mypy at nice 19, output in $(MYPY_LOG)"; \
 	echo "== step 1 (unit, security, untimed integration) at nice 19, output in $(STEP1_LOG)"; \
@@ -99,12 +100,9 @@ test: lint-fast
 	echo "== step 1's output ($(STEP1_LOG))"; cat $(STEP1_LOG); \
 	exit $$status
 
-# The benchmarks' smoke tests (each bench/ script runs end to end and prints its table;
-# their figures are never asserted) and the official MCP conformance suite (server and
-# client scenarios, its tables printed): two processes, like the first step of `make
-# test`; .ci/run runs it at nice 19 beside `make test-redis`.
+# The benchmarks' smoke tests alone (also in step 1 of `make test`), two processes.
 test-bench: $(STAMP)
-	$(BIN)/pytest $(PARALLEL) $(BENCH_SMOKE) $(CONFORMANCE)
+	$(BIN)/pytest $(PARALLEL) $(BENCH_SMOKE)
 
 # Redis, RabbitMQ, Sentinel and workers killed under load (tests/chaos), one at a time.
 test-chaos: $(STAMP)
@@ -112,7 +110,8 @@ test-chaos: $(STAMP)
 
 # The official MCP conformance suite: its server scenarios against `toolexec mcp --http`
 # and its client scenarios against toolexec's MCP client (Node 22 and the suite come from
-# npm into ~/.cache/toolexec-tests), each table printed (also part of `make test-bench`).
+# npm into ~/.cache/toolexec-tests), each table printed; .ci/run runs it at nice 19
+# beside `make test-redis`.
 mcp-conformance: $(STAMP)
 	$(BIN)/pytest $(CONFORMANCE) -s -q
 

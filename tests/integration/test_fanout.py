@@ -1,7 +1,7 @@
 """Many calls at once: call_many, submit and the asyncio forms run calls in parallel.
 
 The shared worker has 32 thread slots, so N calls of ``pause(0.3)`` take about
-0.3 s, not N x 0.3 s. Bounds are a third of the serial time, generous for a
+0.3 s, not N x 0.3 s. Bounds are at most half the serial time, generous for a
 loaded 2-core machine but far from what serial execution could meet.
 """
 
@@ -79,25 +79,30 @@ def test_acall_returns_the_result_under_asyncio(client: ToolClient) -> None:
 
 
 def test_acall_many_runs_calls_in_parallel_under_asyncio(client: ToolClient) -> None:
-    """Given 10 pauses of 0.3 s awaited together, they take about 0.3 s, not 3 s."""
-    calls = [("pause", {"seconds": 0.3 + i / 1000}) for i in range(10)]
+    """Given 10 pauses of 0.6 s awaited together, they take about 0.6 s, not 6 s."""
+    calls = [("pause", {"seconds": 0.6 + i / 1000}) for i in range(10)]
 
     results, took = timed(asyncio.run, client.acall_many(calls, timeout=20))
 
-    assert [r.data for r in results] == [0.3 + i / 1000 for i in range(10)]
-    assert took < 1.0  # serially: 3 s
+    assert [r.data for r in results] == [0.6 + i / 1000 for i in range(10)]
+    assert took < 2.0  # serially: 6 s
 
 
 def test_concurrent_acalls_share_one_event_loop(client: ToolClient) -> None:
-    """Given 5 acalls gathered on one loop, waiting for one does not block the others."""
+    """Given 5 acalls gathered on one loop, waiting for one does not block the others.
+
+    Pauses of 1.2 s: with 0.3 s and a bound of 1.0 s, five calls' own costs on a loaded
+    Redis Cluster run (RabbitMQ broker) took 1.09 s; what is checked is that the waits
+    overlap, so the waits are long beside those costs.
+    """
 
     async def gathered() -> list[float]:
         results = await asyncio.gather(
-            *(client.acall("pause", {"seconds": 0.3}, timeout=20) for _ in range(5))
+            *(client.acall("pause", {"seconds": 1.2}, timeout=20) for _ in range(5))
         )
         return [r.data for r in results]
 
     data, took = timed(asyncio.run, gathered())
 
-    assert data == [0.3] * 5
-    assert took < 1.0  # serially: 1.5 s
+    assert data == [1.2] * 5
+    assert took < 2.4  # serially: 6 s
