@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -87,6 +88,13 @@ def _broken_import(name: str, exc: BaseException) -> click.ClickException:
 
 def _autoscale_pool(pool: str | None, autoscale: str | None) -> str | None:
     """Autoscaling grows and shrinks processes: only prefork can (threads stays at MIN)."""
+    if autoscale:
+        from toolexec.worker.start import autoscale_bounds
+
+        try:
+            autoscale_bounds(autoscale)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--autoscale") from None
     if not autoscale or pool in (None, "prefork"):
         return "prefork" if autoscale else pool
     raise click.ClickException(
@@ -234,6 +242,7 @@ def _tools_served(settings: Settings, mcp_servers: tuple[str, ...]) -> set[str |
 @click.option(
     "--loglevel",
     "-l",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
     default="INFO",
     show_default=True,
     help="Log level of the worker: DEBUG, INFO, WARNING, ERROR or CRITICAL.",
@@ -276,6 +285,7 @@ def worker(
     pool = _autoscale_pool(pool, autoscale)
     _tool_specs(tools)
     from toolexec.worker.app import app, settings_of
+    from toolexec.worker.start import WorkerOptions, start_worker
 
     settings = settings_of(app)
     _check_servers(settings, connect_wait)
@@ -306,27 +316,18 @@ def worker(
     wanted = queues or ",".join(
         sorted({queue or settings.default_queue for queue in served} | {settings.default_queue})
     )
-    argv = [
-        "worker",
-        f"--loglevel={loglevel}",
-        "-Q",
-        wanted,
-        "-P",
-        choice.pool,
-        "-n",
-        hostname or f"toolexec-{os.getpid()}@%h",
-    ]
-    if autoscale:
-        argv += ["--autoscale", autoscale]
-    else:
-        argv += ["-c", str(choice.concurrency)]
-    if settings.task_events:
-        argv.append("-E")
-    # Mingle costs a second at every reconnect and gossip breaks on it (toolexec uses
-    # neither: no revokes to sync, no worker events to follow).
-    argv += ["--without-mingle", "--without-gossip"]
+    options = WorkerOptions(
+        queues=wanted,
+        pool=choice.pool,
+        hostname=hostname or f"toolexec-{os.getpid()}@%h",
+        loglevel=loglevel,
+        concurrency=choice.concurrency,
+        autoscale=autoscale,
+        task_events=settings.task_events,
+    )
     _freeze_startup_heap()
-    app.worker_main([*telemetry.start(settings, metrics_port), *argv])
+    quiet = telemetry.start(settings, metrics_port)
+    start_worker(app, replace(options, quiet=quiet))  # exit code dropped, as worker_main did
 
 
 @cli.command()

@@ -48,11 +48,11 @@ def _forget_child(pid: int | None = None, **_: Any) -> None:
     multiprocess.mark_process_dead(pid or os.getpid())  # type: ignore[no-untyped-call]
 
 
-def start(settings: Settings, metrics_port: int | None) -> list[str]:
+def start(settings: Settings, metrics_port: int | None) -> bool:
     """Serve ``/metrics`` (when a port is set) and install the log format.
 
-    Returns Celery's global options to put before ``worker``: with JSON logs,
-    ``--quiet`` drops the text banner, so that every line is JSON.
+    Returns whether the worker starts quiet: with JSON logs, no text banner, so that
+    every line is JSON.
     """
     from toolexec.ops import metrics
     from toolexec.worker.logs import install
@@ -61,7 +61,7 @@ def start(settings: Settings, metrics_port: int | None) -> list[str]:
     metrics.install()  # the runtime's reporter: the core never imports prometheus_client
     if metrics_port is not None:
         _serve(settings, metrics_port)
-    return ["--quiet"] if settings.log_format == "json" else []
+    return settings.log_format == "json"
 
 
 def _serve(settings: Settings, metrics_port: int) -> None:

@@ -100,3 +100,29 @@ def test_flower_refuses_an_open_api_without_credentials(
     assert "refusing FLOWER_UNAUTHENTICATED_API" in result.output
     assert "curl -u USER:PASSWORD" in result.output
 
+
+
+@pytest.mark.parametrize(
+    ("given", "bounds"), [("10,3", (10, 3)), ("3,10", (10, 3)), ("5", (5, 0)), (" 4 , 1 ", (4, 1))]
+)
+def test_autoscale_reads_max_and_min_as_celery_worker_does(
+    given: str, bounds: tuple[int, int]
+) -> None:
+    from toolexec.worker.start import autoscale_bounds
+
+    assert autoscale_bounds(given) == bounds
+
+
+@pytest.mark.parametrize("given", [",", "4,1,2", "four", "4,-1", "4,"])
+def test_an_autoscale_that_is_not_max_min_is_refused_before_anything_starts(given: str) -> None:
+    result = CliRunner().invoke(cli, ["worker", "--autoscale", given])
+
+    assert result.exit_code == 2
+    assert "--autoscale takes MAX,MIN or MAX" in result.output
+
+
+def test_a_log_level_celery_does_not_know_is_refused_before_anything_starts() -> None:
+    result = CliRunner().invoke(cli, ["worker", "--loglevel", "LOUD"])
+
+    assert result.exit_code == 2
+    assert "'LOUD' is not one of" in result.output
