@@ -211,7 +211,8 @@ honcho: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/overhead.py
 
-# Cost per layer, memory, the Redis commands of one call, and where the CPU goes
+# Cost per layer, memory, the Redis commands of one call, where the CPU goes, and what
+# starting a worker costs
 # (py-spy and Dramatiq come with the bench extra).
 bench-perf: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[bench]'
@@ -222,6 +223,7 @@ bench-perf: $(STAMP)
 	$(BIN)/python bench/commands.py
 	$(BIN)/python bench/cpu_profile.py
 	$(BIN)/python bench/runner.py
+	$(BIN)/python bench/worker_start.py
 
 # Processes killed under load, one table (docs/ops/reliability.md); the soak is separate:
 #   $(BIN)/python bench/chaos.py --scenario soak --minutes 20

@@ -3,11 +3,11 @@
 ``app.worker_main(argv)`` goes through ``celery.bin.celery``: click-repl and
 prompt_toolkit, every ``celery`` sub-command, and each ``celery.commands`` plugin
 (Flower's web app and Tornado among them), imported into every worker process
-before the same :class:`celery.apps.worker.Worker` is built: about 0.2 s of CPU
-of the 1 s that importing a worker's side costs here (``/usr/bin/time python -c
-"import toolexec.worker.app, toolexec.ops.cli, toolexec.tasks"``, with and without
-``celery.bin.celery``), in every worker process, for options ``toolexec worker``
-chose itself. The command line is toolexec's own (``toolexec.ops.cli``), so the
+before the same :class:`celery.apps.worker.Worker` is built, for options
+``toolexec worker`` chose itself. Started to a first answer, the same app through
+``celery -A toolexec.worker.app worker`` took 0.78 s of CPU and 84 MiB, built here
+0.72 s and 72 MiB (medians of 7, ``python bench/worker_start.py --rounds 7``,
+2026-12-03). The command line is toolexec's own (``toolexec.ops.cli``), so the
 Worker is built from those options directly, converted as Celery's command line
 converts them (pool names through ``celery.concurrency``, ``%h`` in the name,
 autoscale's ``MAX,MIN``); the exit code is left to the caller, as ``worker_main``

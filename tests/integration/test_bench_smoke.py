@@ -1,5 +1,5 @@
-"""The runner, layer-cost, memory and publish benchmarks still run end to end; figures never
-asserted.
+"""The runner, layer-cost, memory, publish and worker-start benchmarks still run end to end;
+figures never asserted.
 
 Each starts its own Valkey (and workers), so none needs the test Redis.
 """
@@ -35,3 +35,11 @@ def test_publish_benchmark_compares_the_old_and_new_sending() -> None:
     """Given a tiny run, when `bench/publish.py` runs, then both ways are in the table."""
     stdout = run_bench("publish.py", "--calls", "20", "--rounds", "1")
     assert "| send 20 calls, wall ms |" in stdout
+
+
+def test_worker_start_benchmark_starts_each_kind_of_worker() -> None:
+    """Given one round, when `bench/worker_start.py` runs, then each worker has a row."""
+    stdout = run_bench("worker_start.py", "--rounds", "1")
+    workers = ("toolexec worker", "celery -A toolexec.worker.app worker", "celery -A plain_app")
+    for name in workers:
+        assert f"| {name}" in stdout
