@@ -14,7 +14,9 @@ import math
 import os
 import platform
 import shlex
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,7 +51,9 @@ __all__ = [
     "progress",
     "redis_server",
     "require",
+    "rss_kib",
     "run_settings",
+    "spawn",
     "timed",
     "worker",
 ]
@@ -175,6 +179,43 @@ def forget(redis_url: str, settings: Settings, result_ids: Sequence[str] = ()) -
         for task_id in result_ids:
             pipe.delete(f"celery-task-meta-{task_id}")
         pipe.execute()
+
+
+@contextlib.contextmanager
+def spawn(argv: Sequence[str], env: Mapping[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker or peer process run from bench/, in a session of its own, output discarded.
+
+    Stopped as an operator stops one: SIGTERM to its whole group (a prefork or
+    multi-process worker has children), SIGKILL if it has not exited 10 s later.
+    """
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=BENCH_DIR,
+        env=dict(env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of process ``pid`` (Linux ``/proc``), 0 once it is gone."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
 
 
 def timed(func: Callable[[], T]) -> tuple[float, T]:

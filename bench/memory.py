@@ -30,6 +30,7 @@ from _common import (
     markdown_table,
     progress,
     require,
+    rss_kib,
     run_settings,
     worker,
 )
@@ -40,13 +41,6 @@ from toolexec.settings import Settings
 
 TIMEOUT_S = 600.0
 ROUND = 100
-
-
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def in_flight(settings: Settings, tmp: Path, n: int) -> list[list[str]]:

@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +51,7 @@ from _common import (
     progress,
     require,
     run_settings,
+    spawn,
     tree_cpu_seconds,
     worker,
 )
@@ -222,16 +222,6 @@ def own_server() -> Iterator[Server]:
             stop_embedded(Path(tmp))
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-
-
 @contextlib.contextmanager
 def celery_worker(url: str, *, queue: str, slots: int, events: bool) -> Iterator[int]:
     """``celery -A plain_app worker -P threads -c N [-E]``, exactly as a user types it."""
@@ -239,18 +229,8 @@ def celery_worker(url: str, *, queue: str, slots: int, events: bool) -> Iterator
     argv += ["-c", str(slots), "-Q", queue, "-n", f"plain-{uuid.uuid4().hex[:6]}@%h"]
     argv += ["--loglevel", "WARNING", *(["-E"] if events else [])]
     env = {**os.environ, "PLAIN_CELERY_URL": url, "PYTHONPATH": str(BENCH_DIR)}
-    proc = subprocess.Popen(
-        argv,
-        cwd=BENCH_DIR,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    with spawn(argv, env) as proc:
         yield proc.pid
-    finally:
-        _stop(proc)
 
 
 class PlainCelery:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 
-from _common import BENCH_DIR, markdown_table, median, percentile, progress
+from _common import BENCH_DIR, markdown_table, median, percentile, progress, spawn
 
 
 @contextlib.contextmanager
@@ -23,20 +22,8 @@ def dramatiq_worker(url: str) -> Iterator[None]:
     argv = [sys.executable, "-m", "dramatiq", "peer_dramatiq", "--processes", "1"]
     argv += ["--threads", "8"]
     env = {**os.environ, "PEER_REDIS_URL": url, "PYTHONPATH": str(BENCH_DIR)}
-    proc = subprocess.Popen(
-        argv,
-        cwd=BENCH_DIR,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
+    with spawn(argv, env):
         yield
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 15)
-        proc.wait(30)
 
 
 def run_peers(url: str, calls: int, burst: int, rounds: int) -> None:

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import plain_app
 from _common import (
-    BENCH_DIR,
     _worker_env,
     command_line,
     cpu_seconds,
@@ -35,10 +34,12 @@ from _common import (
     machine_info,
     markdown_table,
     median,
+    rss_kib,
     run_settings,
+    spawn,
     worker,
 )
-from overhead import _stop, celery_worker, own_server
+from overhead import celery_worker, own_server
 
 from toolexec.client import ToolClient
 from toolexec.errors import ErrorType
@@ -52,15 +53,8 @@ class Start:
     rss_mib: float
 
 
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def _measure(pid: int, began: float) -> Start:
-    return Start(time.perf_counter() - began, cpu_seconds(pid) or 0.0, _rss_mib(pid))
+    return Start(time.perf_counter() - began, cpu_seconds(pid) or 0.0, rss_kib(pid) / 1024)
 
 
 def toolexec_start() -> Start:
@@ -94,22 +88,11 @@ def toolexec_app_under_celery_start() -> Start:
         argv += ["-P", "threads", "-c", "8", "-E", "-Q", settings.default_queue]
         argv += ["--without-mingle", "--without-gossip", "--loglevel", "WARNING"]
         began = time.perf_counter()
-        proc = subprocess.Popen(
-            argv,
-            cwd=BENCH_DIR,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        try:
-            with ToolClient(settings) as client:
-                result = _first_answer(client, proc)
+        with spawn(argv, env) as proc, ToolClient(settings) as client:
+            result = _first_answer(client, proc)
             if result.status != "ok":
                 raise RuntimeError(f"the first call failed: {result}")
             return _measure(proc.pid, began)
-        finally:
-            _stop(proc)
 
 
 def _first_answer(client: ToolClient, proc: subprocess.Popen[bytes]) -> ToolResult:
