@@ -9,7 +9,6 @@ import logging
 import os
 import sys
 import traceback
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -316,6 +315,7 @@ def worker(
     wanted = queues or ",".join(
         sorted({queue or settings.default_queue for queue in served} | {settings.default_queue})
     )
+    _freeze_startup_heap()
     options = WorkerOptions(
         queues=wanted,
         pool=choice.pool,
@@ -324,10 +324,9 @@ def worker(
         concurrency=choice.concurrency,
         autoscale=autoscale,
         task_events=settings.task_events,
+        quiet=telemetry.start(settings, metrics_port),
     )
-    _freeze_startup_heap()
-    quiet = telemetry.start(settings, metrics_port)
-    start_worker(app, replace(options, quiet=quiet))  # exit code dropped, as worker_main did
+    start_worker(app, options)  # its exit code is dropped, as app.worker_main dropped it
 
 
 @cli.command()
